@@ -1,0 +1,1 @@
+"""The pool credential: kubeconfig Secret, hot swap, renewal; the kubelet serving certificate."""

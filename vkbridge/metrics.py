@@ -1,0 +1,102 @@
+"""Prometheus metrics, on an explicit registry so tests and several instances never collide.
+
+Liqo's two counters keep their names and labels (dashboards built for Liqo keep working); the rest
+are ours and carry the `vkbridge_` prefix.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+_LIQO_LABELS = ("namespace", "reflector_resource", "cluster_id", "node_name")
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class Metrics:
+    """Every metric vkbridge exports, bound to one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.reflection_items = Counter(
+            "liqo_virtual_kubelet_reflection_item_counter",
+            "Items reflected successfully (one per successful handle).",
+            _LIQO_LABELS,
+            registry=r,
+        )
+        self.reflection_errors = Counter(
+            "liqo_virtual_kubelet_reflection_error_counter",
+            "Reflection handles that failed and were retried.",
+            _LIQO_LABELS,
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "vkbridge_workqueue_depth", "Keys waiting in a work queue.", ["queue"], registry=r
+        )
+        self.queue_retries = Counter(
+            "vkbridge_workqueue_retries_total", "Keys re-queued after a failure.", ["queue"], registry=r
+        )
+        self.reflection_latency = Histogram(
+            "vkbridge_reflection_latency_seconds",
+            "Latency vkbridge adds: 'outbound' = pod bound -> ShadowPod created; "
+            "'inbound' = remote pod Running -> local pod Running.",
+            ["direction"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.pool_state = Gauge(
+            "vkbridge_pool_reachable",
+            "1 for the current pool reachability state (Connected, Lost, Unauthorized), 0 for the others.",
+            ["state"],
+            registry=r,
+        )
+        self.pool_outage_seconds = Counter(
+            "vkbridge_pool_outage_seconds_total", "Time the pool was not reachable.", registry=r
+        )
+        self.cert_expiry_seconds = Gauge(
+            "vkbridge_client_certificate_expiry_seconds",
+            "Seconds until the pool client certificate expires.",
+            registry=r,
+        )
+        self.cert_renewal_failures = Counter(
+            "vkbridge_certificate_renewal_failures_total",
+            "Renew requests the pool did not answer in time.",
+            registry=r,
+        )
+        self.grant = Gauge(
+            "vkbridge_grant_resources", "Resources granted by the ResourceSlice.", ["resource"], registry=r
+        )
+        self.grant_used = Gauge(
+            "vkbridge_grant_used_resources",
+            "Resources used by admitted, non-terminal pods.",
+            ["resource"],
+            registry=r,
+        )
+        self.pods_waiting_for_grant = Gauge(
+            "vkbridge_pods_waiting_for_grant", "Pods not sent because they do not fit the grant.", registry=r
+        )
+        self.reflected_pods = Gauge(
+            "vkbridge_reflected_pods", "Pods with a ShadowPod on the pool.", registry=r
+        )
+        self.api_requests = Counter(
+            "vkbridge_api_requests_total",
+            "API requests sent, by cluster and verb.",
+            ["cluster", "verb"],
+            registry=r,
+        )
+
+
+class CallbackGauge:
+    """A gauge read from a callback at scrape time (queue depths and cache sizes need no bookkeeping)."""
+
+    def __init__(self, registry: CollectorRegistry, name: str, doc: str, read: dict[str, object]) -> None:
+        self._name, self._doc, self._read = name, doc, read
+        registry.register(self)
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self._name, self._doc, labels=["source"])
+        for label, fn in self._read.items():
+            if callable(fn):
+                family.add_metric([label], float(fn()))
+        return [family]

@@ -1,0 +1,1 @@
+"""The virtual Node: object, Lease heartbeat, pool reachability, re-creation."""
