@@ -1,0 +1,362 @@
+"""KubeClient and Cache against the real consumer API server: CRUD, watch, 410 re-list, identity swap."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from e2e.controlplane import ControlPlane
+from e2e.fixtures_planes import FreshNs
+from vkbridge.kube import client as client_module
+from vkbridge.kube.cache import Cache
+from vkbridge.kube.client import (
+    CONFIGMAPS,
+    SELFSUBJECTREVIEWS,
+    ApiError,
+    KubeClient,
+    Resource,
+    TransportError,
+    WatchExpired,
+)
+from vkbridge.kube.kubeconfig import Credentials, KubeconfigError, load_kubeconfig_file, parse_kubeconfig
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+Obj = dict[str, Any]
+SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts", True, "ServiceAccount")
+
+
+def cm(ns: str, name: str, **data: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "labels": {"test": "client-cache"}},
+        "data": data,
+    }
+
+
+class Seen:
+    """Records cache events; ``wait`` blocks on a condition over them (no sleeps)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, Obj | None, Obj | None]] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        name = str(((new or old) or {}).get("metadata", {}).get("name"))
+        self.events.append((etype, name, old, new))
+        self._changed.set()
+
+    def names(self, etype: str) -> list[str]:
+        return [n for t, n, _, _ in self.events if t == etype]
+
+    async def wait(self, pred: Callable[[], bool], timeout: float = 30.0) -> None:
+        async with asyncio.timeout(timeout):
+            while not pred():
+                self._changed.clear()
+                await self._changed.wait()
+
+
+async def whoami(client: KubeClient) -> Obj:
+    review = await client.create(
+        SELFSUBJECTREVIEWS, {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    )
+    user: Obj = review["status"]["userInfo"]
+    return user
+
+
+@pytest.fixture
+async def admin(consumer: ControlPlane) -> AsyncIterator[KubeClient]:
+    async with KubeClient(load_kubeconfig_file(consumer.admin_kubeconfig), name="consumer") as client:
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def running(cache: Cache) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(cache.run(), name=cache.name)
+    try:
+        assert await cache.wait_synced(30), f"{cache.name} did not sync"
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_crud_and_error_helpers(consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs) -> None:
+    ns = fresh_ns(consumer, wait_sa=False)
+    created = await admin.create(CONFIGMAPS, cm(ns, "one", a="1"))
+    assert created["metadata"]["uid"]
+    with pytest.raises(ApiError) as exists:
+        await admin.create(CONFIGMAPS, cm(ns, "one"))
+    assert exists.value.already_exists and not exists.value.conflict
+
+    got = await admin.get(CONFIGMAPS, "one", ns)
+    assert got["data"] == {"a": "1"}
+    patched = await admin.patch(CONFIGMAPS, "one", {"data": {"b": "2"}}, ns)
+    assert patched["data"] == {"a": "1", "b": "2"}
+
+    stale = dict(created, data={"c": "3"})  # carries the creation resourceVersion: optimistic lock fails
+    with pytest.raises(ApiError) as conflict:
+        await admin.replace(CONFIGMAPS, stale)
+    assert conflict.value.conflict and conflict.value.status == 409
+    fresh = dict(patched, data={"c": "3"})
+    assert (await admin.replace(CONFIGMAPS, fresh))["data"] == {"c": "3"}
+
+    applied = await admin.apply(
+        CONFIGMAPS,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "one"}, "data": {"d": "4"}},
+        ns,
+    )
+    assert applied["data"]["d"] == "4"
+    managers = {m["manager"] for m in applied["metadata"]["managedFields"]}
+    assert "reflection.liqo.io" in managers
+
+    listed = await admin.list(CONFIGMAPS, ns, label_selector="test=client-cache")
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["one"]
+
+    with pytest.raises(ApiError) as precondition:
+        await admin.delete(CONFIGMAPS, "one", ns, preconditions_uid="not-the-uid")
+    assert precondition.value.conflict
+    await admin.delete(
+        CONFIGMAPS, "one", ns, preconditions_uid=created["metadata"]["uid"], grace_period_seconds=0
+    )
+    with pytest.raises(ApiError) as missing:
+        await admin.get(CONFIGMAPS, "one", ns)
+    assert missing.value.not_found and not missing.value.is_transient
+
+    assert admin.stats[("create", "configmaps")] == 2
+    assert admin.stats[("apply", "configmaps")] == 1
+    assert admin.stats[("delete", "configmaps")] == 2
+    assert admin.stats[("list", "configmaps")] == 1
+
+
+async def test_stream_checks_status(consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs) -> None:
+    ns = fresh_ns(consumer, wait_sa=False)
+    await admin.create(CONFIGMAPS, cm(ns, "s"))
+    params = {"watch": "true", "timeoutSeconds": "1"}
+    async with admin.stream("GET", CONFIGMAPS.path(ns), params) as resp:
+        first = await resp.content.readline()
+    assert b'"ADDED"' in first
+    with pytest.raises(ApiError) as missing:
+        async with admin.stream("GET", "/api/v1/namespaces/no-such-ns-xyz/pods/nope/log"):
+            pass
+    assert missing.value.not_found
+
+
+async def test_cache_follows_add_update_delete(
+    consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs
+) -> None:
+    ns = fresh_ns(consumer, wait_sa=False)
+    await admin.create(CONFIGMAPS, cm(ns, "pre", v="0"))
+    cache = Cache(admin, CONFIGMAPS, ns, label_selector="test=client-cache", name="it-cache")
+    seen = Seen()
+    cache.subscribe(seen)
+    async with running(cache):
+        assert seen.names("ADDED") == ["pre"]
+        assert "managedFields" not in cache.get(f"{ns}/pre")["metadata"]  # type: ignore[index]
+        await admin.create(CONFIGMAPS, cm(ns, "x", v="1"))
+        await seen.wait(lambda: "x" in seen.names("ADDED"))
+        await admin.patch(CONFIGMAPS, "x", {"data": {"v": "2"}}, ns)
+        await seen.wait(lambda: "x" in seen.names("MODIFIED"))
+        assert cache.get(f"{ns}/x")["data"] == {"v": "2"}  # type: ignore[index]
+        await admin.delete(CONFIGMAPS, "x", ns)
+        await seen.wait(lambda: "x" in seen.names("DELETED"))
+        assert cache.get(f"{ns}/x") is None
+        assert cache.keys() == [f"{ns}/pre"]
+        assert cache.relists == 0
+
+
+async def test_inactivity_timeout_rewatches_without_losing_events(
+    consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs
+) -> None:
+    ns = fresh_ns(consumer, wait_sa=False)
+    cache = Cache(admin, CONFIGMAPS, ns, name="idle-cache", inactivity_timeout=0.3)
+    seen = Seen()
+    cache.subscribe(seen)
+    async with running(cache):
+        start = admin.stats[("watch", "configmaps")]
+        async with asyncio.timeout(20):
+            while admin.stats[("watch", "configmaps")] < start + 3:  # noqa: ASYNC110 - a counter, no event
+                await asyncio.sleep(0.05)
+        await admin.create(CONFIGMAPS, cm(ns, "late"))
+        await seen.wait(lambda: seen.names("ADDED") == ["late"])
+        assert cache.relists == 0 and cache.state == "watching"
+
+
+async def test_relist_after_compaction_emits_missed_changes(
+    consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs
+) -> None:
+    ns = fresh_ns(consumer, wait_sa=False)
+    for name in ("gone", "changed", "kept"):
+        await admin.create(CONFIGMAPS, cm(ns, name, v="1"))
+    cache = Cache(admin, CONFIGMAPS, ns, name="relist-cache", backoff_cap=2.0)
+    seen = Seen()
+    cache.subscribe(seen)
+    async with running(cache):
+        await seen.wait(lambda: len(seen.names("ADDED")) == 3)
+    stale_rv = cache.resource_version
+    assert stale_rv is not None
+
+    # While nobody watches: delete, change, create; then make the old resourceVersion unservable.
+    await admin.delete(CONFIGMAPS, "gone", ns)
+    await admin.patch(CONFIGMAPS, "changed", {"data": {"v": "2"}}, ns)
+    await admin.create(CONFIGMAPS, cm(ns, "new", v="1"))
+    await asyncio.to_thread(consumer.compact_etcd)
+    await asyncio.to_thread(consumer.restart_apiserver)  # drops the apiserver's watch-cache window too
+
+    with pytest.raises(WatchExpired):
+        async with contextlib.aclosing(admin.watch(CONFIGMAPS, ns, resource_version=stale_rv)) as events:
+            async for _ in events:
+                pass
+
+    seen.events.clear()
+    async with running(cache):
+        await seen.wait(lambda: len(seen.events) >= 3)
+        assert cache.expirations == 1 and cache.relists == 1
+        assert seen.names("DELETED") == ["gone"]
+        assert seen.names("MODIFIED") == ["changed"]
+        assert seen.names("ADDED") == ["new"]
+        deleted_old = seen.events[0][2]
+        assert deleted_old is not None and deleted_old["data"] == {"v": "1"}
+        assert sorted(cache.keys()) == [f"{ns}/changed", f"{ns}/kept", f"{ns}/new"]
+        # ...and it is watching again, from the re-list's resourceVersion.
+        await admin.create(CONFIGMAPS, cm(ns, "after"))
+        await seen.wait(lambda: "after" in seen.names("ADDED"))
+
+
+async def test_swap_credentials_keeps_the_cache(
+    consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs
+) -> None:
+    ns = fresh_ns(consumer, wait_sa=False)
+    await admin.create(CONFIGMAPS, cm(ns, "before"))
+    client = KubeClient(load_kubeconfig_file(consumer.admin_kubeconfig), name="swap", qps=50, burst=10)
+    async with client:
+        assert (await whoami(client))["username"] == "admin"
+        cache = Cache(client, CONFIGMAPS, ns, name="swap-cache", backoff_base=0.05)
+        seen = Seen()
+        cache.subscribe(seen)
+        async with running(cache) as task:
+            await seen.wait(lambda: seen.names("ADDED") == ["before"])
+            watches = client.stats[("watch", "configmaps")]
+
+            cert, key = consumer.issue_client_cert("other-user", ["system:masters"], dt.timedelta(hours=1))
+            assert key is not None
+            await client.swap_credentials(parse_kubeconfig(consumer.kubeconfig_dict(cert, key)))
+            assert client.generation == 1
+
+            user = await whoami(client)
+            assert user["username"] == "other-user"
+            assert "system:masters" in user["groups"]
+
+            await admin.create(CONFIGMAPS, cm(ns, "after"))
+            await seen.wait(lambda: "after" in seen.names("ADDED"))
+            assert client.stats[("watch", "configmaps")] > watches  # the broken watch was re-opened
+            assert sorted(cache.keys()) == [f"{ns}/after", f"{ns}/before"]
+            assert cache.relists == 0 and not task.done()
+            assert seen.names("DELETED") == []
+
+
+async def test_token_file_is_reread(
+    consumer: ControlPlane,
+    admin: KubeClient,
+    fresh_ns: FreshNs,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ns = fresh_ns(consumer)
+    tokens = []
+    for sa in ("first", "second"):
+        await admin.create(SERVICEACCOUNTS, {"metadata": {"name": sa}}, ns)
+        req = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
+        tokens.append(
+            (await admin.create(SERVICEACCOUNTS, req, ns, name=sa, subresource="token"))["status"]["token"]
+        )
+    token_file = tmp_path / "token"
+    token_file.write_text(tokens[0])
+    creds = Credentials(
+        server=consumer.url, ca_pem=consumer.ca_pem, token=tokens[0], token_file=str(token_file)
+    )
+    assert tokens[0] not in repr(creds)
+    async with KubeClient(creds, name="sa") as client:
+        assert (await whoami(client))["username"] == f"system:serviceaccount:{ns}:first"
+        token_file.write_text(tokens[1])  # a projected token rotates in place
+        assert (await whoami(client))["username"] == f"system:serviceaccount:{ns}:first"  # cached for a while
+        monkeypatch.setattr(client_module, "TOKEN_REFRESH_SECONDS", 0.0)
+        assert (await whoami(client))["username"] == f"system:serviceaccount:{ns}:second"
+
+
+async def test_refusals_and_verification(consumer: ControlPlane) -> None:
+    cert, key = consumer.issue_client_cert("someone", [], dt.timedelta(hours=1))
+    assert key is not None
+    kcfg = consumer.kubeconfig_dict(cert, key)
+    kcfg["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
+    with pytest.raises(KubeconfigError, match="insecure-skip-tls-verify is set"):
+        parse_kubeconfig(kcfg)
+
+    good = parse_kubeconfig(consumer.kubeconfig_dict(cert, key))
+    # tls-server-name is the name verified (the serving cert has DNS kubernetes.default, we dial an IP).
+    named = dataclasses.replace(good, tls_server_name="kubernetes.default")
+    async with KubeClient(named, name="named") as client:
+        assert (await whoami(client))["username"] == "someone"
+    misnamed = dataclasses.replace(good, tls_server_name="not-the-server.example")
+    async with KubeClient(misnamed, name="misnamed") as client:
+        with pytest.raises(TransportError, match=r"(?i)certificate"):
+            await whoami(client)
+
+    # A CA that did not sign the server's certificate: the connection must fail, not be trusted.
+    wrong_ca = Credentials(
+        server=good.server,
+        ca_pem=_self_signed_ca(),
+        client_cert_pem=good.client_cert_pem,
+        client_key_pem=good.client_key_pem,
+    )
+    async with KubeClient(wrong_ca, name="wrong-ca") as client:
+        with pytest.raises(TransportError) as failed:
+            await client.get(CONFIGMAPS, "x", "default")
+    assert not failed.value.is_transient
+    assert "certificate" in str(failed.value).lower()
+
+    # A certificate the server does not trust (signed by a foreign CA) is 401, and 401 is "unauthorized".
+    foreign_key = ec.generate_private_key(ec.SECP256R1())
+    foreign = Credentials(
+        server=good.server,
+        ca_pem=consumer.ca_pem,
+        client_cert_pem=_self_signed_ca(foreign_key, client=True),
+        client_key_pem=foreign_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+    )
+    async with KubeClient(foreign, name="foreign") as client:
+        with pytest.raises(ApiError) as denied:
+            await client.get(CONFIGMAPS, "x", "default")
+    assert denied.value.status == 401 and denied.value.unauthorized
+
+
+def _self_signed_ca(key: ec.EllipticCurvePrivateKey | None = None, *, client: bool = False) -> bytes:
+    key = key or ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "client" if client else "stranger-ca")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=not client, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM)

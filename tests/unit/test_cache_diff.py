@@ -1,0 +1,332 @@
+"""The cache's pure diff, and its list/watch loop against an in-memory fake client (no I/O)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, Callable, Sequence
+from typing import Any
+
+import pytest
+
+from vkbridge.kube.cache import Cache, diff_stores, object_key
+from vkbridge.kube.client import CONFIGMAPS, ApiError, Resource, TransportError, WatchExpired
+
+Obj = dict[str, Any]
+
+
+def obj(name: str, rv: str, uid: str | None = None, ns: str | None = "ns", **data: str) -> Obj:
+    meta: Obj = {"name": name, "resourceVersion": rv, "uid": uid or f"uid-{name}"}
+    if ns is not None:
+        meta["namespace"] = ns
+    return {"metadata": meta, "data": data}
+
+
+def store(*objs: Obj) -> dict[str, Obj]:
+    return {object_key(o): o for o in objs}
+
+
+def rvs(changes: Sequence[tuple[str, Obj | None, Obj | None]]) -> list[tuple[str, str | None, str | None]]:
+    def rv(o: Obj | None) -> str | None:
+        return None if o is None else f"{o['metadata']['name']}@{o['metadata']['resourceVersion']}"
+
+    return [(t, rv(a), rv(b)) for t, a, b in changes]
+
+
+# ---------------------------------------------------------------------------------------------- diff_stores
+
+
+def test_object_key() -> None:
+    assert object_key(obj("a", "1")) == "ns/a"
+    assert object_key(obj("node1", "1", ns=None)) == "node1"
+
+
+def test_diff_empty_to_full_and_back() -> None:
+    full = store(obj("a", "1"), obj("b", "2"))
+    assert rvs(diff_stores({}, full)) == [("ADDED", None, "a@1"), ("ADDED", None, "b@2")]
+    assert rvs(diff_stores(full, {})) == [("DELETED", "a@1", None), ("DELETED", "b@2", None)]
+    assert diff_stores(full, dict(full)) == []
+
+
+def test_diff_by_resource_version_only() -> None:
+    old = store(obj("same", "5"), obj("changed", "6"), obj("gone", "7"))
+    new = store(obj("same", "5", extra="ignored"), obj("changed", "9"), obj("new", "10"))
+    assert rvs(diff_stores(old, new)) == [
+        ("DELETED", "gone@7", None),
+        ("MODIFIED", "changed@6", "changed@9"),
+        ("ADDED", None, "new@10"),
+    ]
+
+
+def test_diff_recreated_object_is_delete_then_add() -> None:
+    old = store(obj("a", "1", uid="u1"), obj("b", "2"))
+    new = store(obj("a", "8", uid="u2"), obj("b", "2"))
+    changes = diff_stores(old, new)
+    assert rvs(changes) == [("DELETED", "a@1", None), ("ADDED", None, "a@8")]
+    assert changes[0][1] is old["ns/a"] and changes[1][2] is new["ns/a"]
+
+
+# ---------------------------------------------------------------------------------------------- Cache loop
+
+END = object()
+
+
+class FakeClient:
+    """Serves scripted list pages and one shared feed of watch items (events, exceptions, END)."""
+
+    name = "fake"
+    generation = 0
+
+    def __init__(self) -> None:
+        self.list_results: list[Obj | Exception] = []
+        self.list_calls: list[Obj] = []
+        self.watch_calls: list[Obj] = []
+        self.feed: asyncio.Queue[object] = asyncio.Queue()
+        self.open_watches = 0
+
+    async def list(self, resource: Resource, namespace: str | None = None, **kw: Any) -> Obj:
+        self.list_calls.append({"namespace": namespace, **kw})
+        result = self.list_results.pop(0)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    async def watch(
+        self, resource: Resource, namespace: str | None = None, **kw: Any
+    ) -> AsyncGenerator[Obj, None]:
+        self.watch_calls.append({"namespace": namespace, **kw})
+        self.open_watches += 1
+        try:
+            while True:
+                item = await self.feed.get()
+                if item is END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                assert isinstance(item, dict)
+                yield item
+        finally:
+            self.open_watches -= 1
+
+
+def page(rv: str, *items: Obj, cont: str | None = None) -> Obj:
+    meta: Obj = {"resourceVersion": rv}
+    if cont:
+        meta["continue"] = cont
+    return {"kind": "ConfigMapList", "metadata": meta, "items": list(items)}
+
+
+def ev(etype: str, o: Obj) -> Obj:
+    return {"type": etype, "object": o}
+
+
+def bookmark(rv: str) -> Obj:
+    return ev("BOOKMARK", {"kind": "ConfigMap", "metadata": {"resourceVersion": rv}})
+
+
+async def until(pred: Callable[[], bool], timeout: float = 3.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not pred():  # noqa: ASYNC110 - polling a plain predicate over a fake; no event to wait on
+            await asyncio.sleep(0.002)
+
+
+class Recorder:
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+        self.seen: list[tuple[str, str | None, str | None, Obj | None]] = []
+
+    def __call__(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        key = object_key(new or old or {})
+        # The store must already reflect the change when we are called (level-based handlers).
+        self.seen.append((*rvs([(etype, old, new)])[0], self.cache.get(key)))
+
+    @property
+    def events(self) -> list[tuple[str, str | None, str | None]]:
+        return [s[:3] for s in self.seen]
+
+
+@pytest.fixture
+async def rig() -> AsyncGenerator[tuple[FakeClient, Cache, Recorder], None]:
+    fake = FakeClient()
+    client: Any = fake
+    cache = Cache(
+        client,
+        CONFIGMAPS,
+        "ns",
+        label_selector="app=x",
+        name="test",
+        inactivity_timeout=5.0,
+        backoff_base=0.01,
+    )
+    rec = Recorder(cache)
+    cache.subscribe(rec)
+    yield fake, cache, rec
+
+
+async def start(cache: Cache) -> asyncio.Task[None]:
+    task = asyncio.create_task(cache.run())
+    assert await cache.wait_synced(3.0)
+    return task
+
+
+async def stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_paginated_list_then_watch_from_list_rv(rig: tuple[FakeClient, Cache, Recorder]) -> None:
+    fake, cache, rec = rig
+    a = obj("a", "1")
+    a["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    fake.list_results = [page("", a, cont="tok"), page("10", obj("b", "2"))]
+    assert not cache.synced
+    task = await start(cache)
+    await until(lambda: len(fake.watch_calls) == 1)
+    assert [c["limit"] for c in fake.list_calls] == [500, 500]
+    assert [c["continue_token"] for c in fake.list_calls] == [None, "tok"]
+    assert fake.list_calls[0]["label_selector"] == "app=x"
+    assert fake.watch_calls[0]["resource_version"] == "10"
+    assert fake.watch_calls[0]["allow_bookmarks"] is True
+    assert rec.events == [("ADDED", None, "a@1"), ("ADDED", None, "b@2")]
+    assert sorted(cache.keys()) == ["ns/a", "ns/b"]
+    assert "managedFields" not in cache.get("ns/a")["metadata"]  # type: ignore[index]
+    assert cache.last_sync_time is not None and cache.state == "watching"
+    await stop(task)
+    assert fake.open_watches == 0 and cache.state == "idle"
+    assert sorted(cache.keys()) == ["ns/a", "ns/b"]  # the store survives the task
+
+
+async def test_watch_events_update_store_before_subscribers(rig: tuple[FakeClient, Cache, Recorder]) -> None:
+    fake, cache, rec = rig
+    fake.list_results = [page("10", obj("a", "1"))]
+    task = await start(cache)
+    fake.feed.put_nowait(ev("MODIFIED", obj("a", "11", v="2")))
+    fake.feed.put_nowait(ev("ADDED", obj("b", "12")))
+    fake.feed.put_nowait(ev("DELETED", obj("a", "13")))
+    await until(lambda: len(rec.seen) == 4)
+    assert rec.events[1:] == [("MODIFIED", "a@1", "a@11"), ("ADDED", None, "b@12"), ("DELETED", "a@13", None)]
+    assert rec.seen[1][3] is not None and rec.seen[1][3]["data"] == {"v": "2"}
+    assert rec.seen[3][3] is None  # already gone from the store when DELETED is delivered
+    assert cache.keys() == ["ns/b"] and cache.resource_version == "13"
+    await stop(task)
+
+
+async def test_410_relists_and_emits_missed_changes(rig: tuple[FakeClient, Cache, Recorder]) -> None:
+    fake, cache, rec = rig
+    fake.list_results = [
+        page("10", obj("a", "1"), obj("b", "2"), obj("c", "3")),
+        page("50", obj("b", "40"), obj("c", "3"), obj("d", "45")),
+    ]
+    task = await start(cache)
+    fake.feed.put_nowait(WatchExpired("too old"))
+    await until(lambda: len(fake.watch_calls) == 2)
+    assert len(fake.list_calls) == 2 and cache.relists == 1
+    assert rec.events[3:] == [("DELETED", "a@1", None), ("MODIFIED", "b@2", "b@40"), ("ADDED", None, "d@45")]
+    assert fake.watch_calls[1]["resource_version"] == "50"
+    assert sorted(cache.keys()) == ["ns/b", "ns/c", "ns/d"]
+    await stop(task)
+
+
+async def test_transport_error_rewatches_from_bookmark_without_relist(
+    rig: tuple[FakeClient, Cache, Recorder], caplog: pytest.LogCaptureFixture
+) -> None:
+    fake, cache, rec = rig
+    fake.list_results = [page("10", obj("a", "1"))]
+    task = await start(cache)
+    caplog.set_level(logging.INFO, logger="vkbridge.kube.cache")
+    fake.feed.put_nowait(bookmark("20"))
+    for _ in range(3):  # one outage, several failed retries
+        fake.feed.put_nowait(TransportError("connection reset"))
+    fake.feed.put_nowait(ev("ADDED", obj("b", "21")))
+    await until(lambda: cache.get("ns/b") is not None)
+    assert len(fake.list_calls) == 1
+    assert [c["resource_version"] for c in fake.watch_calls] == ["10", "20", "20", "20"]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "connection reset" in warnings[0].getMessage()
+    assert any("reconnected at rv 20" in r.getMessage() for r in caplog.records)
+    assert rec.events == [("ADDED", None, "a@1"), ("ADDED", None, "b@21")]
+    await stop(task)
+
+
+async def test_inactivity_timeout_rewatches(rig: tuple[FakeClient, Cache, Recorder]) -> None:
+    fake, cache, _ = rig
+    cache.inactivity_timeout = 0.05
+    fake.list_results = [page("10")]
+    task = await start(cache)
+    await until(lambda: len(fake.watch_calls) >= 3)
+    assert {c["resource_version"] for c in fake.watch_calls} == {"10"}
+    assert fake.open_watches <= 1 and len(fake.list_calls) == 1
+    await stop(task)
+
+
+async def test_server_closing_the_stream_rewatches_at_once(rig: tuple[FakeClient, Cache, Recorder]) -> None:
+    fake, cache, _ = rig
+    fake.list_results = [page("10")]
+    task = await start(cache)
+    fake.feed.put_nowait(bookmark("15"))
+    fake.feed.put_nowait(END)
+    await until(lambda: len(fake.watch_calls) == 2)
+    assert fake.watch_calls[1]["resource_version"] == "15"
+    await stop(task)
+
+
+async def test_list_failure_retries_then_syncs(rig: tuple[FakeClient, Cache, Recorder]) -> None:
+    fake, cache, rec = rig
+    fake.list_results = [ApiError(403, "Forbidden", "nope"), page("10", obj("a", "1"))]
+    task = await start(cache)
+    assert len(fake.list_calls) == 2 and rec.events == [("ADDED", None, "a@1")]
+    await stop(task)
+
+
+async def test_wait_synced_times_out(rig: tuple[FakeClient, Cache, Recorder]) -> None:
+    _, cache, _ = rig
+    assert await cache.wait_synced(0.01) is False
+
+
+async def test_failing_subscriber_does_not_stop_others(rig: tuple[FakeClient, Cache, Recorder]) -> None:
+    fake, cache, rec = rig
+
+    def boom(etype: str, old: Obj | None, new: Obj | None) -> None:
+        raise RuntimeError("handler bug")
+
+    unsubscribe = cache.subscribe(boom)
+    fake.list_results = [page("10", obj("a", "1"))]
+    task = await start(cache)
+    unsubscribe()
+    fake.feed.put_nowait(ev("ADDED", obj("b", "11")))
+    await until(lambda: len(rec.seen) == 2)
+    await stop(task)
+
+
+async def test_restarted_run_resumes_the_watch_and_relists_on_410(
+    rig: tuple[FakeClient, Cache, Recorder],
+) -> None:
+    fake, cache, rec = rig
+    fake.list_results = [page("10", obj("a", "1")), page("30", obj("b", "25"))]
+    await stop(await start(cache))
+    fake.feed.put_nowait(WatchExpired("too old"))
+    task = await start(cache)
+    await until(lambda: len(fake.watch_calls) == 3)
+    assert [c["resource_version"] for c in fake.watch_calls] == ["10", "10", "30"]
+    assert cache.expirations == 1 and cache.relists == 1
+    assert rec.events == [("ADDED", None, "a@1"), ("DELETED", "a@1", None), ("ADDED", None, "b@25")]
+    await stop(task)
+
+
+async def test_credential_swap_reconnects_quietly(
+    rig: tuple[FakeClient, Cache, Recorder], caplog: pytest.LogCaptureFixture
+) -> None:
+    fake, cache, _ = rig
+    cache.backoff_base = 20.0  # a backoff sleep would time the test out
+    fake.list_results = [page("10")]
+    task = await start(cache)
+    caplog.set_level(logging.INFO, logger="vkbridge.kube.cache")
+    await until(lambda: len(fake.watch_calls) == 1)
+    fake.generation += 1
+    fake.feed.put_nowait(TransportError("Connector is closed"))
+    await until(lambda: len(fake.watch_calls) == 2)
+    assert fake.watch_calls[1]["resource_version"] == "10"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert cache.state == "watching"
+    await stop(task)

@@ -1,0 +1,287 @@
+"""Kubeconfig parsing: what is accepted, what is refused (and that refusals never leak secrets)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import ssl
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from vkbridge.kube.kubeconfig import (
+    Credentials,
+    KubeconfigError,
+    cert_info,
+    in_cluster_credentials,
+    load_kubeconfig_file,
+    parse_kubeconfig,
+    ssl_context,
+)
+
+NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
+TOKEN = "tok-SUPERSECRET-0123456789"
+
+
+def _name(cn: str, orgs: tuple[str, ...] = ()) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    attrs += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
+    return x509.Name(attrs)
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _cert(
+    subject: x509.Name,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: x509.Name,
+    issuer_key: ec.EllipticCurvePrivateKey,
+) -> x509.Certificate:
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(4242)
+        .not_valid_before(NOW - dt.timedelta(minutes=1))
+        .not_valid_after(NOW + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=subject == issuer, path_length=None), critical=True)
+        .sign(issuer_key, hashes.SHA256())
+    )
+
+
+@pytest.fixture(scope="module")
+def pki() -> dict[str, bytes]:
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name("test-ca")
+    ca = _cert(ca_name, ca_key, ca_name, ca_key)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _cert(_name("vk-user", ("liqo", "system:nodes")), key, ca_name, ca_key)
+    other_key = ec.generate_private_key(ec.SECP256R1())
+    return {
+        "ca": ca.public_bytes(serialization.Encoding.PEM),
+        "cert": cert.public_bytes(serialization.Encoding.PEM),
+        "key": _pem_key(key),
+        "other_key": _pem_key(other_key),
+    }
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode()
+
+
+def kubeconfig(
+    pki: dict[str, bytes], *, cluster: dict[str, Any] | None = None, user: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    c: dict[str, Any] = {"server": "https://127.0.0.1:6443", "certificate-authority-data": _b64(pki["ca"])}
+    u: dict[str, Any] = {"client-certificate-data": _b64(pki["cert"]), "client-key-data": _b64(pki["key"])}
+    c.update(cluster or {})
+    u.update(user or {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "ctx",
+        "contexts": [
+            {"name": "other", "context": {"cluster": "nope", "user": "nope"}},
+            {"name": "ctx", "context": {"cluster": "c", "user": "u"}},
+        ],
+        "clusters": [{"name": "c", "cluster": {k: v for k, v in c.items() if v is not None}}],
+        "users": [{"name": "u", "user": {k: v for k, v in u.items() if v is not None}}],
+    }
+
+
+def refused(config: Any, **kw: Any) -> str:
+    with pytest.raises(KubeconfigError) as ei:
+        parse_kubeconfig(config, **kw)
+    return str(ei.value)
+
+
+# ---------------------------------------------------------------------------------------------- accepted
+
+
+def test_client_certificate_from_dict_yaml_and_json(pki: dict[str, bytes]) -> None:
+    cfg = kubeconfig(pki)
+    for form in (cfg, yaml.safe_dump(cfg), json.dumps(cfg), json.dumps(cfg).encode()):
+        creds = parse_kubeconfig(form)
+        assert creds.server == "https://127.0.0.1:6443"
+        assert creds.ca_pem == pki["ca"]
+        assert creds.client_cert_pem == pki["cert"]
+        assert creds.client_key_pem == pki["key"]
+        assert creds.token is None
+        assert creds.auth_kind == "client-certificate"
+
+
+def test_trailing_slash_proxy_and_tls_server_name(pki: dict[str, bytes]) -> None:
+    cfg = kubeconfig(
+        pki,
+        cluster={
+            "server": "https://pool.example:443/",
+            "proxy-url": "http://user:pw@proxy:3128",
+            "tls-server-name": "kubernetes.default",
+        },
+    )
+    creds = parse_kubeconfig(cfg)
+    assert creds.server == "https://pool.example:443"
+    assert creds.proxy_url == "http://user:pw@proxy:3128"
+    assert creds.tls_server_name == "kubernetes.default"
+    assert "pw" not in repr(creds)
+
+
+def test_explicit_context_wins(pki: dict[str, bytes]) -> None:
+    msg = refused(kubeconfig(pki), context="other")
+    assert "unknown cluster 'nope'" in msg
+
+
+def test_bearer_token(pki: dict[str, bytes]) -> None:
+    creds = parse_kubeconfig(
+        kubeconfig(pki, user={"client-certificate-data": None, "client-key-data": None, "token": TOKEN})
+    )
+    assert creds.token == TOKEN
+    assert creds.client_cert_pem is None
+    assert creds.auth_kind == "token"
+
+
+def test_files_resolve_relative_to_the_kubeconfig(pki: dict[str, bytes], tmp_path: Path) -> None:
+    (tmp_path / "ca.crt").write_bytes(pki["ca"])
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    cfg = kubeconfig(
+        pki,
+        cluster={"certificate-authority-data": None, "certificate-authority": "ca.crt"},
+        user={"client-certificate-data": None, "client-key-data": None, "tokenFile": "token"},
+    )
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(cfg))
+    creds = load_kubeconfig_file(path)
+    assert creds.ca_pem == pki["ca"]
+    assert creds.token == TOKEN
+    assert creds.token_file == str(tmp_path / "token")
+    assert creds.auth_kind == "token-file"
+
+
+def test_in_cluster(pki: dict[str, bytes], tmp_path: Path) -> None:
+    (tmp_path / "ca.crt").write_bytes(pki["ca"])
+    (tmp_path / "token").write_text(TOKEN)
+    env = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
+    creds = in_cluster_credentials(tmp_path, env)
+    assert creds.server == "https://[fd00::1]:443"
+    assert creds.token == TOKEN
+    assert creds.token_file == str(tmp_path / "token")
+    env4 = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    assert in_cluster_credentials(tmp_path, env4).server == "https://10.96.0.1:443"
+    with pytest.raises(KubeconfigError, match="not in a cluster"):
+        in_cluster_credentials(tmp_path, {})
+
+
+# ---------------------------------------------------------------------------------------------- refused
+
+
+def test_insecure_skip_tls_verify_is_refused(pki: dict[str, bytes]) -> None:
+    msg = refused(kubeconfig(pki, cluster={"insecure-skip-tls-verify": True}))
+    assert msg == (
+        "refusing kubeconfig: insecure-skip-tls-verify is set; "
+        "vkbridge always verifies the pool's certificate"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cluster", "user", "needle"),
+    [
+        ({"server": "http://127.0.0.1:8080"}, {}, "server must be https"),
+        ({"server": None}, {}, "no server URL"),
+        ({"certificate-authority-data": None}, {}, "no certificate-authority"),
+        ({"certificate-authority-data": _b64(b"not a cert")}, {}, "not a valid PEM certificate"),
+        ({"certificate-authority-data": "%%%"}, {}, "not valid base64"),
+        ({"proxy-url": "socks5://proxy:1080"}, {}, "proxy-url scheme 'socks5'"),
+        ({}, {"client-certificate-data": None, "client-key-data": None}, "no credentials"),
+        ({}, {"client-key-data": None}, "must be given together"),
+        ({}, {"exec": {"command": "aws"}}, "exec credential plugins are not supported"),
+        ({}, {"auth-provider": {"name": "gcp"}}, "auth-provider plugins are not supported"),
+        ({}, {"client-certificate-data": _b64(b"garbage")}, "client certificate is not a valid PEM"),
+    ],
+)
+def test_refusals(pki: dict[str, bytes], cluster: dict[str, Any], user: dict[str, Any], needle: str) -> None:
+    assert needle in refused(kubeconfig(pki, cluster=cluster, user=user))
+
+
+def test_structural_errors(pki: dict[str, bytes]) -> None:
+    assert "not valid YAML" in refused("a: [unclosed")
+    assert "not a mapping" in refused("- a\n- b\n")
+    cfg = kubeconfig(pki)
+    cfg["current-context"] = "missing"
+    assert "context 'missing' not found" in refused(cfg)
+
+
+def test_bad_key_never_echoes_key_material(pki: dict[str, bytes]) -> None:
+    secret = b"SUPERSECRETKEYMATERIAL"
+    bogus = b"-----BEGIN PRIVATE KEY-----\n" + base64.b64encode(secret * 3) + b"\n-----END PRIVATE KEY-----\n"
+    with pytest.raises(KubeconfigError) as ei:
+        parse_kubeconfig(kubeconfig(pki, user={"client-key-data": _b64(bogus)}))
+    text = str(ei.value) + repr(ei.value.__cause__) + repr(ei.value.__context__)
+    assert "client key is not a valid" in str(ei.value)
+    assert "SUPERSECRET" not in text and base64.b64encode(secret).decode()[:12] not in text
+    assert ei.value.__cause__ is None and ei.value.__suppress_context__
+
+
+def test_mismatched_key_is_refused(pki: dict[str, bytes]) -> None:
+    msg = refused(kubeconfig(pki, user={"client-key-data": _b64(pki["other_key"])}))
+    assert "does not match" in msg
+
+
+# ---------------------------------------------------------------------------------------------- repr, TLS
+
+
+def test_repr_never_shows_key_or_token(pki: dict[str, bytes]) -> None:
+    creds = parse_kubeconfig(kubeconfig(pki, user={"token": TOKEN}))
+    text = repr(creds) + str(creds)
+    key_body = pki["key"].decode().splitlines()[1]
+    assert TOKEN not in text
+    assert key_body not in text
+    assert "cn='vk-user'" in text
+
+
+def test_cert_info(pki: dict[str, bytes]) -> None:
+    info = cert_info(pki["cert"])
+    assert info.serial == 4242
+    assert info.cn == "vk-user"
+    assert info.orgs == ("liqo", "system:nodes")
+    assert info.not_before == NOW - dt.timedelta(minutes=1)
+    assert info.not_after == NOW + dt.timedelta(days=1)
+    assert info.not_after.tzinfo is not None
+    serial, _nb, _na, cn, orgs = info
+    assert (serial, cn, orgs) == (4242, "vk-user", ("liqo", "system:nodes"))
+    with pytest.raises(ValueError):
+        cert_info(b"nope")
+
+
+def test_ssl_context_always_verifies(pki: dict[str, bytes]) -> None:
+    ctx = ssl_context(parse_kubeconfig(kubeconfig(pki)))
+    assert ctx.verify_mode == ssl.CERT_REQUIRED
+    assert ctx.check_hostname is True
+    assert [c["subject"] for c in ctx.get_ca_certs()] == [((("commonName", "test-ca"),),)]
+    token_ctx = ssl_context(
+        parse_kubeconfig(
+            kubeconfig(pki, user={"client-certificate-data": None, "client-key-data": None, "token": TOKEN})
+        )
+    )
+    assert token_ctx.verify_mode == ssl.CERT_REQUIRED
+
+
+def test_ssl_context_rejects_mismatched_pair_without_leaking(pki: dict[str, bytes]) -> None:
+    creds = Credentials(
+        server="https://x:1", ca_pem=pki["ca"], client_cert_pem=pki["cert"], client_key_pem=pki["other_key"]
+    )
+    with pytest.raises(KubeconfigError) as ei:
+        ssl_context(creds)
+    assert "cannot be loaded" in str(ei.value)
+    assert ei.value.__cause__ is None

@@ -1,0 +1,332 @@
+"""A list+watch cache of raw dicts (a small informer), in kopf's three layers.
+
+``run()`` loops forever: list (paginated) -> replace the store and emit the diff -> watch from the
+list's resourceVersion with bookmarks. A 410 re-lists and diffs, so deletes missed while away are
+emitted; a transport error reconnects from the last resourceVersion after a jittered, capped backoff;
+silence longer than ``inactivity_timeout`` (a tunnel cuts idle streams at ~100 s) re-watches.
+
+Subscribers are called synchronously on the loop after the store is updated, so a handler that only
+enqueues the key and later reads the cache always sees the new state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Final, Literal
+
+from vkbridge.kube.backoff import Backoff
+from vkbridge.kube.client import ApiError, KubeClient, Resource, TransportError, WatchExpired
+
+__all__ = ["Cache", "EventType", "Handler", "diff_stores", "object_key"]
+
+log = logging.getLogger(__name__)
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+Obj = dict[str, Any]
+Handler = Callable[[EventType, Obj | None, Obj | None], None]
+Change = tuple[EventType, Obj | None, Obj | None]
+Objs = list[Obj]
+Keys = list[str]
+
+PAGE_SIZE: Final = 500
+WATCH_TIMEOUT_SECONDS: Final = 290
+BACKOFF_BASE: Final = 0.2
+BACKOFF_CAP: Final = 30.0
+MIN_HEALTHY_WATCH: Final = 1.0
+
+
+def object_key(obj: Obj) -> str:
+    """client-go's MetaNamespaceKey: ``namespace/name``, or ``name`` when cluster-scoped."""
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    name = str(meta.get("name", ""))
+    return f"{ns}/{name}" if ns else name
+
+
+def _rv(obj: Obj | None) -> str | None:
+    if obj is None:
+        return None
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    return str(rv) if rv is not None else None
+
+
+def _uid(obj: Obj) -> str | None:
+    uid = (obj.get("metadata") or {}).get("uid")
+    return str(uid) if uid is not None else None
+
+
+def diff_stores(old: dict[str, Obj], new: dict[str, Obj]) -> list[Change]:
+    """The events that turn ``old`` into ``new``, judged by resourceVersion (opaque: equal or not).
+
+    A key whose uid changed was deleted and re-created while we were away: DELETED then ADDED, as the
+    watch would have said. Deletes come first so a handler never sees a stale object after its key's
+    re-creation; order within each group follows the stores' own order.
+    """
+    changes: list[Change] = []
+    adds: list[Change] = []
+    for key, was in old.items():
+        now = new.get(key)
+        if now is None:
+            changes.append(("DELETED", was, None))
+        elif _uid(was) != _uid(now):
+            changes.append(("DELETED", was, None))
+            adds.append(("ADDED", None, now))
+    for key, after in new.items():
+        before = old.get(key)
+        if before is None:
+            adds.append(("ADDED", None, after))
+        elif _uid(before) == _uid(after) and _rv(before) != _rv(after):
+            adds.append(("MODIFIED", before, after))
+    return changes + adds
+
+
+def _slim(obj: Obj) -> Obj:
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
+class Cache:
+    """One resource (optionally one namespace and selectors) mirrored in memory, kept fresh forever."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        name: str | None = None,
+        inactivity_timeout: float = 60.0,
+        watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
+        backoff_base: float = BACKOFF_BASE,
+        backoff_cap: float = BACKOFF_CAP,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.name = name or f"{client.name}/{resource.plural}" + (f"@{namespace}" if namespace else "")
+        self.inactivity_timeout = inactivity_timeout
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.last_sync_time: float | None = None
+        self.resource_version: str | None = None
+        self.relists = 0
+        self.expirations = 0
+        self._store: dict[str, Obj] = {}
+        self._subscribers: list[Handler] = []
+        self._synced = asyncio.Event()
+        self._state = "idle"
+
+    # -- read side
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    @property
+    def state(self) -> str:
+        """idle | listing | watching | backoff (for health checks and logs)."""
+        return self._state
+
+    def get(self, key: str) -> Obj | None:
+        return self._store.get(key)
+
+    def list(self) -> Objs:
+        return [*self._store.values()]
+
+    def keys(self) -> Keys:
+        return [*self._store]
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._store
+
+    def __iter__(self) -> Iterator[Obj]:
+        return iter(self.list())
+
+    async def wait_synced(self, timeout: float | None = None) -> bool:
+        """True once the first list is in the store; False if ``timeout`` passed first."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._synced.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def subscribe(self, callback: Handler) -> Callable[[], None]:
+        """Call ``callback(type, old, new)`` on every change; returns an unsubscribe function."""
+        self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    # -- the loop
+
+    async def run(self) -> None:
+        """Run until cancelled. Never raises except CancelledError.
+
+        The store and resourceVersion survive cancellation: running again resumes the watch where it
+        stopped, and if that is too old the 410 re-list emits whatever changed in between.
+        """
+        backoff = Backoff(self.backoff_base, self.backoff_cap)
+        need_list = self.resource_version is None  # a restarted run resumes the watch (410 -> re-list)
+        try:
+            while True:
+                generation = self.client.generation
+                try:
+                    if need_list:
+                        if self._state != "backoff":
+                            self._set_state("listing")
+                        await self._list()
+                        need_list = False
+                        backoff.reset()
+                        self._set_state("watching")
+                    if await self._watch_once():
+                        backoff.reset()
+                        continue
+                    delay = backoff.next()
+                    log.debug("%s: watch ended at once; re-watch in %.1f s", self.name, delay)
+                    await asyncio.sleep(delay)
+                except WatchExpired:
+                    self.expirations += 1
+                    if need_list:  # the list itself expired (stale continue token): don't spin
+                        await asyncio.sleep(backoff.next())
+                    else:
+                        log.info(
+                            "%s: resourceVersion %s expired; re-listing", self.name, self.resource_version
+                        )
+                    need_list = True
+                except ApiError as exc:
+                    if isinstance(exc, TransportError) and self.client.generation != generation:
+                        # swap_credentials closed the old sessions under us: expected, reconnect at once
+                        log.info(
+                            "%s: credentials swapped; resuming at rv %s", self.name, self.resource_version
+                        )
+                        continue
+                    self._set_state("backoff", f"{exc}; retrying with backoff up to {self.backoff_cap:.0f} s")
+                    await asyncio.sleep(backoff.next())
+        finally:
+            self._set_state("idle")
+
+    async def _list(self) -> None:
+        new: dict[str, Obj] = {}
+        cont: str | None = None
+        rv: str | None = None
+        while True:
+            page = await self.client.list(
+                self.resource,
+                self.namespace,
+                label_selector=self.label_selector,
+                field_selector=self.field_selector,
+                limit=PAGE_SIZE,
+                continue_token=cont,
+            )
+            for item in page.get("items") or []:
+                new[object_key(item)] = _slim(item)
+            meta = page.get("metadata") or {}
+            cont = meta.get("continue") or None
+            if cont is None:
+                rv = meta.get("resourceVersion") or None
+                break
+        if not rv:
+            raise ApiError(500, "BadList", f"{self.name}: list without resourceVersion")
+        old, self._store = self._store, new
+        self.resource_version = str(rv)
+        self.last_sync_time = time.time()
+        if self.synced:
+            self.relists += 1
+        self._synced.set()
+        changes = diff_stores(old, new)
+        if changes:
+            log.debug("%s: list at rv %s: %d objects, %d changes", self.name, rv, len(new), len(changes))
+        for etype, before, after in changes:
+            self._emit(etype, before, after)
+
+    async def _watch_once(self) -> bool:
+        """Watch until the stream ends or goes silent; True if it was a healthy stream."""
+        assert self.resource_version is not None
+        started = time.monotonic()
+        events = 0
+        async with contextlib.aclosing(
+            self.client.watch(
+                self.resource,
+                self.namespace,
+                resource_version=self.resource_version,
+                label_selector=self.label_selector,
+                field_selector=self.field_selector,
+                timeout_seconds=self.watch_timeout_seconds,
+                allow_bookmarks=True,
+            )
+        ) as stream:
+            it = aiter(stream)
+            while True:
+                try:
+                    async with asyncio.timeout(self.inactivity_timeout):
+                        ev = await anext(it)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    log.debug("%s: no event for %.0f s; re-watching", self.name, self.inactivity_timeout)
+                    return True
+                events += 1
+                if events == 1:
+                    self._set_state("watching")
+                self._apply(ev)
+        return events > 0 or time.monotonic() - started >= MIN_HEALTHY_WATCH
+
+    def _apply(self, ev: Obj) -> None:
+        etype = ev.get("type")
+        obj: Obj = ev["object"]
+        rv = _rv(obj)
+        if etype == "BOOKMARK":
+            if rv:
+                self.resource_version = rv
+            return
+        key = object_key(_slim(obj))
+        if etype in ("ADDED", "MODIFIED"):
+            before = self._store.get(key)
+            self._store[key] = obj
+            self._emit("MODIFIED" if before is not None else "ADDED", before, obj)
+        elif etype == "DELETED":
+            self._store.pop(key, None)
+            self._emit("DELETED", obj, None)
+        else:
+            log.warning("%s: ignoring watch event of type %r", self.name, etype)
+        if rv:
+            self.resource_version = rv
+
+    def _emit(self, etype: EventType, before: Obj | None, after: Obj | None) -> None:
+        for cb in [*self._subscribers]:
+            try:
+                cb(etype, before, after)
+            except Exception:
+                log.exception("%s: subscriber %r failed on %s", self.name, cb, etype)
+
+    def _set_state(self, state: str, detail: str = "") -> None:
+        """One log line per state change, not per retry."""
+        if state == self._state:
+            return
+        previous, self._state = self._state, state
+        if state == "backoff":
+            log.warning("%s: %s", self.name, detail)
+        elif state == "watching" and previous == "backoff":
+            log.info("%s: reconnected at rv %s", self.name, self.resource_version)
+        elif state == "listing" and not self.synced:
+            log.info("%s: initial list", self.name)
+        else:
+            log.debug("%s: %s -> %s", self.name, previous, state)
