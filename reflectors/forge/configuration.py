@@ -1,0 +1,150 @@
+"""Referenced Secrets/ConfigMaps -> server-side-apply bodies for the pool (LIQO §5), and the skip rules."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+
+from reflectors.forge import constants as c
+from reflectors.forge.labels import reflected_annotations, reflected_labels
+from reflectors.forge.names import remote_configmap_name
+from reflectors.forge.pods import KubeObj, ReadObj, annotations_of, labels_of, name_of
+
+SKIP_SA_TOKEN = "secrets holding service account tokens are never reflected"
+SKIP_DENIED = f"marked with the {c.SKIP_REFLECTION_ANNOTATION} annotation"
+SKIP_NOT_ALLOWED = f"not marked with the {c.ALLOW_REFLECTION_ANNOTATION} annotation"
+SKIP_CONFLICT = f"both {c.ALLOW_REFLECTION_ANNOTATION} and {c.SKIP_REFLECTION_ANNOTATION} are set"
+
+
+def _set(annotations: dict[str, str], key: str) -> bool:
+    """An annotation counts when present and not (case-insensitively) "false"."""
+    return key in annotations and annotations[key].lower() != "false"
+
+
+def policy_skip_reason(obj: ReadObj, policy: str = c.POLICY_DENY_LIST) -> str | None:
+    """Why the DenyList/AllowList policy skips ``obj`` (LIQO §3.2), or None to reflect it.
+
+    Liqo's policy check ignores a conflicting pair of annotations; we skip such an object instead, since
+    one of them asks to keep it off the pool and copying data out cannot be undone.
+    """
+    annotations = annotations_of(obj)
+    allow, deny = (
+        _set(annotations, c.ALLOW_REFLECTION_ANNOTATION),
+        _set(annotations, c.SKIP_REFLECTION_ANNOTATION),
+    )
+    if allow and deny:
+        return SKIP_CONFLICT
+    if policy == c.POLICY_DENY_LIST:
+        return SKIP_DENIED if deny else None
+    if policy == c.POLICY_ALLOW_LIST:
+        return None if allow else SKIP_NOT_ALLOWED
+    raise ValueError(f"ReflectionType value {policy!r} not supported")
+
+
+def secret_skip_reason(local: ReadObj, *, policy: str = c.POLICY_DENY_LIST) -> str | None:
+    """Service-account-token Secrets are never reflected (no Legacy-mode conversion); then the policy."""
+    if local.get("type") == c.SERVICE_ACCOUNT_TOKEN_SECRET_TYPE:
+        return SKIP_SA_TOKEN
+    return policy_skip_reason(local, policy)
+
+
+def configmap_skip_reason(local: ReadObj, *, policy: str = c.POLICY_DENY_LIST) -> str | None:
+    """The root CA is reflected whatever the policy, unless explicitly annotated (Liqo rule)."""
+    if name_of(local) == c.ROOT_CA_CONFIGMAP:
+        annotations = annotations_of(local)
+        allow = _set(annotations, c.ALLOW_REFLECTION_ANNOTATION)
+        deny = _set(annotations, c.SKIP_REFLECTION_ANNOTATION)
+        if allow and deny:
+            return SKIP_CONFLICT
+        return SKIP_DENIED if deny else None
+    return policy_skip_reason(local, policy)
+
+
+def is_service_account_secret(obj: ReadObj) -> bool:
+    """A remote Secret holding reflected tokens (TokenAPI mode): not a plain Secret reflection target."""
+    keys = labels_of(obj) | annotations_of(obj)
+    return c.SA_SECRET_FOR_POD_NAME_KEY in keys and c.SA_SECRET_FOR_SERVICE_ACCOUNT_KEY in keys
+
+
+def _metadata(
+    local: ReadObj,
+    name: str,
+    remote_ns: str,
+    local_id: str,
+    remote_id: str,
+    labels_not_reflected: Iterable[str],
+    annotations_not_reflected: Iterable[str],
+) -> KubeObj:
+    return {
+        "name": name,
+        "namespace": remote_ns,
+        "labels": reflected_labels(
+            labels_of(local),
+            local_cluster_id=local_id,
+            remote_cluster_id=remote_id,
+            not_reflected=labels_not_reflected,
+        ),
+        "annotations": reflected_annotations(annotations_of(local), not_reflected=annotations_not_reflected),
+    }
+
+
+def forge_remote_secret(
+    local: ReadObj,
+    *,
+    remote_ns: str,
+    local_id: str,
+    remote_id: str,
+    labels_not_reflected: Iterable[str] = (),
+    annotations_not_reflected: Iterable[str] = (),
+) -> KubeObj:
+    """Apply body for the remote copy: same name; ``type``, ``data`` and ``immutable`` copied.
+
+    ``stringData`` never appears on a stored Secret, so ``data`` is complete. Callers check
+    ``secret_skip_reason`` first; this function does not.
+    """
+    body: KubeObj = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(
+            local,
+            name_of(local),
+            remote_ns,
+            local_id,
+            remote_id,
+            labels_not_reflected,
+            annotations_not_reflected,
+        ),
+    }
+    for field in ("type", "data", "immutable"):
+        if local.get(field) is not None:
+            body[field] = copy.deepcopy(local[field])
+    return body
+
+
+def forge_remote_configmap(
+    local: ReadObj,
+    *,
+    remote_ns: str,
+    local_id: str,
+    remote_id: str,
+    labels_not_reflected: Iterable[str] = (),
+    annotations_not_reflected: Iterable[str] = (),
+) -> KubeObj:
+    """Apply body for the remote copy (root CA renamed): ``data``, ``binaryData``, ``immutable`` copied."""
+    body: KubeObj = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(
+            local,
+            remote_configmap_name(name_of(local), local_id),
+            remote_ns,
+            local_id,
+            remote_id,
+            labels_not_reflected,
+            annotations_not_reflected,
+        ),
+    }
+    for field in ("data", "binaryData", "immutable"):
+        if local.get(field) is not None:
+            body[field] = copy.deepcopy(local[field])
+    return body

@@ -1,0 +1,188 @@
+"""Wire-level names shared with Liqo v1.2 (LIQO §0, §3, §4, §8).
+
+These strings are a compatibility contract: the Liqo provider side, the consumer controller-manager and
+existing remote objects select on them, so they must match Liqo byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Final
+
+# --- API identity --------------------------------------------------------------------------------
+FIELD_MANAGER: Final = "reflection.liqo.io"
+SHADOWPOD_GROUP: Final = "offloading.liqo.io"
+SHADOWPOD_VERSION: Final = "v1beta1"
+SHADOWPOD_API_VERSION: Final = f"{SHADOWPOD_GROUP}/{SHADOWPOD_VERSION}"
+SHADOWPOD_KIND: Final = "ShadowPod"
+SHADOWPOD_PLURAL: Final = "shadowpods"
+
+# --- Labels on reflected (remote) objects --------------------------------------------------------
+ORIGIN_LABEL: Final = "offloading.liqo.io/origin"
+DESTINATION_LABEL: Final = "offloading.liqo.io/destination"
+NODENAME_LABEL: Final = "offloading.liqo.io/nodename"
+# Set by the provider ShadowPod webhook on create, re-asserted on update (a label, not an annotation).
+CREATOR_USER_LABEL: Final = "liqo.io/creator-user"
+# Set by the provider on the Pod it creates for a ShadowPod.
+MANAGED_BY_LABEL: Final = "liqo.io/managed-by"
+MANAGED_BY_SHADOWPOD: Final = "shadowpod"
+
+# --- Labels on local pods ------------------------------------------------------------------------
+LOCAL_POD_LABEL: Final = "liqo.io/shadowPod"
+LOCAL_POD_LABEL_VALUE: Final = "true"
+REMOTE_UNAVAILABLE_LABEL: Final = "liqo.io/remote-unavailable"
+REMOTE_UNAVAILABLE_VALUE: Final = "true"
+
+# --- Node / cluster identity labels --------------------------------------------------------------
+TYPE_LABEL: Final = "liqo.io/type"
+TYPE_VIRTUAL_NODE: Final = "virtual-node"
+REMOTE_CLUSTER_ID_LABEL: Final = "liqo.io/remote-cluster-id"
+REPLICATION_LABEL: Final = "liqo.io/replication"
+REMOTE_ID_LABEL: Final = "liqo.io/remoteID"
+VIRTUAL_NODE_TOLERATION_KEY: Final = "virtual-node.liqo.io/not-allowed"
+STORAGE_AVAILABLE_LABEL: Final = "storage.liqo.io/available"
+
+# --- Per-object annotations understood by the forge ----------------------------------------------
+SKIP_REFLECTION_ANNOTATION: Final = "liqo.io/skip-reflection"
+ALLOW_REFLECTION_ANNOTATION: Final = "liqo.io/allow-reflection"
+APISERVER_SUPPORT_ANNOTATION: Final = "liqo.io/api-server-support"
+APISERVER_SUPPORT_ANNOTATION_DISABLED: Final = "disabled"
+APISERVER_SUPPORT_ANNOTATION_REMOTE: Final = "remote"
+REMOTE_SERVICE_ACCOUNT_NAME_ANNOTATION: Final = "liqo.io/remote-service-account-name"
+REMOTE_RUNTIME_CLASS_NAME_ANNOTATION: Final = "liqo.io/remote-runtime-class-name"
+ANTI_AFFINITY_PRESET_ANNOTATION: Final = "liqo.io/anti-affinity-preset"
+ANTI_AFFINITY_PRESET_SOFT: Final = "soft"
+ANTI_AFFINITY_PRESET_HARD: Final = "hard"
+ANTI_AFFINITY_PRESET_PROPAGATE: Final = "propagate"
+ANTI_AFFINITY_LABELS_ANNOTATION: Final = "liqo.io/anti-affinity-labels"
+LIQO_RUNTIME_CLASS_NAME: Final = "liqo"
+
+# --- Namespace mapping ---------------------------------------------------------------------------
+MANAGED_BY_NAMESPACE_MAP_ANNOTATION: Final = "liqo.io/managed-by-namespace-map"
+ORIGINAL_NAME_ANNOTATION: Final = "liqo.io/original-name"
+TENANT_NAMESPACE_PREFIX: Final = "liqo-tenant-"
+
+# --- Service account tokens (TokenAPI mode) ------------------------------------------------------
+SA_SECRET_FOR_POD_NAME_KEY: Final = "offloading.liqo.io/service-account-for-pod-name"
+SA_SECRET_FOR_SERVICE_ACCOUNT_KEY: Final = "offloading.liqo.io/service-account-name"
+SA_SECRET_FOR_POD_UID_KEY: Final = "offloading.liqo.io/service-account-for-pod-uid"
+SA_SECRET_EXPIRATION_KEY: Final = "offloading.liqo.io/service-account-expiration"
+SERVICE_ACCOUNT_NAME_KEY: Final = "kubernetes.io/service-account.name"
+SERVICE_ACCOUNT_TOKEN_KEY: Final = "token"
+SERVICE_ACCOUNT_TOKEN_SECRET_TYPE: Final = "kubernetes.io/service-account-token"
+SERVICE_ACCOUNT_VOLUME_PREFIX: Final = "kube-api-access-"
+KUBERNETES_API_SERVICE: Final = "kubernetes.default"
+DEFAULT_KUBERNETES_SERVICE_PORT: Final = "443"
+ROOT_CA_CONFIGMAP: Final = "kube-root-ca.crt"
+
+# --- Well-known Kubernetes labels used by the anti-affinity presets ------------------------------
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+CONTROLLER_REVISION_HASH_LABEL: Final = "controller-revision-hash"
+POD_TEMPLATE_HASH_LABEL: Final = "pod-template-hash"
+STATEFULSET_POD_NAME_LABEL: Final = "statefulset.kubernetes.io/pod-name"
+
+# --- Multicloud Extend ---------------------------------------------------------------------------
+# Label and NoSchedule taint of the virtual node (GUIDE §4); the label users should select on.
+EXTEND_POOL_LABEL: Final = "multicloud.io/pool"
+# Annotation the mc-reflection-kick CronJob bumps to re-queue a pod (GUIDE §7.4). Only a trigger: never
+# reflected, otherwise every kick would cost a ShadowPod update.
+EXTEND_REFLECTION_TOUCH_ANNOTATION: Final = "multicloud.io/reflection-touch"
+
+# --- Pod status reasons --------------------------------------------------------------------------
+REASON_OFFLOADING_BACKOFF: Final = "OffloadingBackOff"
+REASON_OFFLOADING_ABORTED: Final = "OffloadingAborted"
+REASON_REMOTE_POD_TERMINATED: Final = "RemotePodTerminated"
+
+# --- Reflection policies -------------------------------------------------------------------------
+POLICY_DENY_LIST: Final = "DenyList"
+POLICY_ALLOW_LIST: Final = "AllowList"
+POLICY_CUSTOM_LIQO: Final = "CustomLiqo"
+
+# --- Event reasons (LIQO §8) ---------------------------------------------------------------------
+EVENT_SUCCESSFUL_REFLECTION: Final = "SuccessfulReflection"
+EVENT_FAILED_REFLECTION: Final = "FailedReflection"
+EVENT_FAILED_DELETION: Final = "FailedDeletion"
+EVENT_REFLECTION_DISABLED: Final = "ReflectionDisabled"
+EVENT_SUCCESSFUL_SA_TOKENS_REFLECTION: Final = "SuccessfulSATokensReflection"
+EVENT_FAILED_SA_TOKENS_REFLECTION: Final = "FailedSATokensReflection"
+EVENT_TYPE_NORMAL: Final = "Normal"
+EVENT_TYPE_WARNING: Final = "Warning"
+
+# Reflector names, as used in event components and metric labels.
+REFLECTOR_POD: Final = "Pod"
+REFLECTOR_CONFIGMAP: Final = "ConfigMap"
+REFLECTOR_SECRET: Final = "Secret"
+REFLECTOR_EVENT: Final = "Event"
+REFLECTOR_SERVICEACCOUNT: Final = "ServiceAccount"
+
+
+def event_component(reflector: str) -> str:
+    """Event source component of a reflector, e.g. ``liqo-pod-reflection``."""
+    return f"liqo-{reflector.lower()}-reflection"
+
+
+POD_REFLECTION_COMPONENT: Final = event_component(REFLECTOR_POD)
+
+
+def go_quote(value: object) -> str:
+    """Approximate Go's ``%q`` so messages read exactly like Liqo's."""
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def successful_reflection_msg(remote_cluster_id: str) -> str:
+    return f"Successfully reflected object to cluster {go_quote(remote_cluster_id)}"
+
+
+def successful_status_reflection_msg(remote_cluster_id: str) -> str:
+    return f"Successfully reflected object status back from cluster {go_quote(remote_cluster_id)}"
+
+
+def failed_reflection_msg(remote_cluster_id: str, err: object) -> str:
+    return f"Error reflecting object to cluster {go_quote(remote_cluster_id)}: {err}"
+
+
+def failed_status_reflection_msg(remote_cluster_id: str, err: object) -> str:
+    return f"Error reflecting object status back from cluster {go_quote(remote_cluster_id)}: {err}"
+
+
+def failed_reflection_already_exists_msg(remote_cluster_id: str) -> str:
+    return f"Error reflecting object to cluster {go_quote(remote_cluster_id)}: remote object already exists"
+
+
+def failed_labels_update_msg(err: object) -> str:
+    return f"Error updating local object labels: {err}"
+
+
+def failed_deletion_msg(err: object) -> str:
+    return f"Error deleting local object: {err}"
+
+
+def reflection_disabled_msg(remote_cluster_id: str, namespace: str) -> str:
+    """Liqo's original fallback message; Extend uses ``fallback.fallback_warning_message``."""
+    return (
+        f"Reflection to cluster {go_quote(remote_cluster_id)} disabled for namespace {go_quote(namespace)}. "
+        "If this is a DaemonSet scheduling pods in all the nodes across the cluster, "
+        "you might want to prevent scheduling on Liqo Virtual Nodes. "
+        "You can configure the rules under `spec.template.spec.affinity.nodeAffinity` so that the pods "
+        f"are not scheduled on Nodes having the label {TYPE_LABEL}={TYPE_VIRTUAL_NODE}. "
+        "For further info check the documentation."
+    )
+
+
+def reflection_disabled_error_msg(remote_cluster_id: str, namespace: str, err: object) -> str:
+    return (
+        f"Reflection to cluster {go_quote(remote_cluster_id)} disabled for namespace {go_quote(namespace)}: "
+        f"error updating status: {err}"
+    )
+
+
+def object_reflection_disabled_msg(remote_cluster_id: str, policy: str) -> str:
+    return (
+        f"Reflection to cluster {go_quote(remote_cluster_id)} disabled for the current object "
+        f"(policy: {go_quote(policy)})"
+    )
+
+
+def sa_reflection_disabled_msg(remote_cluster_id: str) -> str:
+    cluster = go_quote(remote_cluster_id)
+    return f"Reflection to cluster {cluster} disabled for secrets holding service account tokens"

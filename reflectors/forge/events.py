@@ -1,0 +1,127 @@
+"""Remote pod Events -> local Events on the local pod, so users can debug without pool access (DESIGN §1)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from datetime import datetime
+
+from reflectors.forge import constants as c
+from reflectors.forge.labels import filter_keys, reflected_labels
+from reflectors.forge.pods import (
+    KubeObj,
+    ReadObj,
+    annotations_of,
+    labels_of,
+    name_of,
+    namespace_of,
+    rfc3339,
+    uid_of,
+)
+
+REMOTE_SUFFIX = " (remote)"
+# Involved objects whose events belong to the local pod of the same name.
+POD_KINDS = frozenset({("v1", "Pod"), (c.SHADOWPOD_API_VERSION, c.SHADOWPOD_KIND)})
+# Copied verbatim: they passed the pool's validation, so they pass ours.
+COPIED_FIELDS = (
+    "reason",
+    "message",
+    "type",
+    "count",
+    "firstTimestamp",
+    "lastTimestamp",
+    "eventTime",
+    "series",
+    "action",
+    "related",
+    "reportingComponent",
+    "reportingInstance",
+)
+# What changes when the pool aggregates a repeated event; timestamps move together with count/series.
+MUTABLE_FIELDS = ("reason", "message", "type", "count", "series")
+
+
+def forge_local_event(
+    remote_event: ReadObj,
+    local_obj: ReadObj | None,
+    *,
+    local_id: str,
+    remote_id: str,
+    now: datetime,
+    labels_not_reflected: Iterable[str] = (),
+    annotations_not_reflected: Iterable[str] = (),
+) -> KubeObj | None:
+    """The local copy of a remote Event about a pod (or its ShadowPod), or None when it is not ours to copy.
+
+    The name is the remote Event's name, so reflecting the same Event again addresses the same local object.
+    ``involvedObject`` is re-pointed to the local pod (namespace and UID; kind Pod, also for ShadowPod events,
+    so ``kubectl describe pod`` shows them). ``now`` stands in for first/last timestamps only when the remote
+    Event has no time at all.
+    """
+    involved = remote_event.get("involvedObject") or {}
+    if (involved.get("apiVersion", ""), involved.get("kind", "")) not in POD_KINDS:
+        return None
+    if local_obj is None or not uid_of(local_obj) or involved.get("name") != name_of(local_obj):
+        return None
+
+    source = remote_event.get("source") or {}
+    component = source.get("component") or remote_event.get("reportingComponent") or ""
+    local_source: KubeObj = {
+        "component": f"{component}{REMOTE_SUFFIX}" if component else REMOTE_SUFFIX.strip()
+    }
+    if source.get("host"):
+        local_source["host"] = source["host"]
+
+    local_involved: KubeObj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": name_of(local_obj),
+        "namespace": namespace_of(local_obj),
+        "uid": uid_of(local_obj),
+    }
+    if involved.get("fieldPath"):
+        local_involved["fieldPath"] = involved["fieldPath"]
+
+    event: KubeObj = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": name_of(remote_event),
+            "namespace": namespace_of(local_obj),
+            "labels": reflected_labels(
+                labels_of(remote_event),
+                local_cluster_id=local_id,
+                remote_cluster_id=remote_id,
+                not_reflected=labels_not_reflected,
+            ),
+            "annotations": filter_keys(annotations_of(remote_event), annotations_not_reflected),
+        },
+        "involvedObject": local_involved,
+        "source": local_source,
+    }
+    for field in COPIED_FIELDS:
+        if remote_event.get(field) is not None:
+            event[field] = copy.deepcopy(remote_event[field])
+    if not any(event.get(k) for k in ("firstTimestamp", "lastTimestamp", "eventTime")):
+        event["firstTimestamp"] = event["lastTimestamp"] = rfc3339(now)
+    return event
+
+
+def event_needs_update(existing: ReadObj, desired: ReadObj) -> bool:
+    """True when the pool aggregated the event further (count, series or message moved).
+
+    Timestamps are not compared on their own: they only move with ``count``/``series``, and one that came
+    from ``now`` would otherwise differ on every forge.
+    """
+    return any(existing.get(k) != desired.get(k) for k in MUTABLE_FIELDS)
+
+
+def event_update_body(existing: ReadObj, desired: ReadObj) -> KubeObj:
+    """``existing`` (with its resourceVersion) carrying the desired mutable fields; firstTimestamp stays."""
+    body: KubeObj = copy.deepcopy(dict(existing))
+    for field in (*MUTABLE_FIELDS, "lastTimestamp", "eventTime"):
+        if desired.get(field) is None:
+            body.pop(field, None)
+        else:
+            body[field] = copy.deepcopy(desired[field])
+    return body

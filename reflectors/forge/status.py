@@ -1,0 +1,187 @@
+"""Remote pod status -> local pod status (LIQO §4.6), and the statuses of rejected pods (§4.7)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from reflectors.forge import constants as c
+from reflectors.forge.pods import (
+    PHASE_FAILED,
+    PHASE_SUCCEEDED,
+    TERMINAL_PHASES,
+    KubeObj,
+    ReadObj,
+    phase_of,
+    rfc3339,
+    status_of,
+    uid_of,
+)
+
+CONTAINER_STATUS_LISTS = ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
+
+
+def restarts_on_remote_change(
+    local_pod: ReadObj, remote_pod: ReadObj, *, known_remote_uid: str | None = None, restarts: int = 0
+) -> int:
+    """The restart offset once ``remote_pod`` is seen; the caller then records ``uid_of(remote_pod)``.
+
+    The provider re-creating the remote pod (new UID) is a restart the user must see: one more after a known
+    UID. With no known UID (fresh vkbridge start) the offset is inferred from the statuses, so a restart of
+    vkbridge does not reset the counts users already saw. The same UID keeps ``restarts``.
+    """
+    remote_uid = uid_of(remote_pod)
+    if known_remote_uid == remote_uid:
+        return restarts
+    if known_remote_uid:
+        return restarts + 1
+    return infer_additional_restarts(status_of(local_pod), status_of(remote_pod))
+
+
+def infer_additional_restarts(local_status: Mapping[str, Any], remote_status: Mapping[str, Any]) -> int:
+    """``max(0, local.containerStatuses[0].restartCount - same container's remote restartCount)``."""
+    local_statuses = local_status.get("containerStatuses") or []
+    if not local_statuses:
+        return 0
+    first = local_statuses[0]
+    for remote in remote_status.get("containerStatuses") or ():
+        if remote.get("name") == first.get("name"):
+            return max(0, int(first.get("restartCount") or 0) - int(remote.get("restartCount") or 0))
+    return 0
+
+
+def forge_local_status(
+    local_pod: ReadObj,
+    remote_pod: ReadObj,
+    *,
+    restarts: int,
+    vk_pod_ip: str,
+    disable_ip_reflection: bool,
+    remote_unavailable: bool,
+    now: datetime | None = None,
+) -> KubeObj:
+    """The local pod status: the remote status copied whole, with these changes.
+
+    hostIP/hostIPs become the vkbridge pod IP (pool node IPs never leak); podIPs is reduced to podIP (no IP
+    remapping: Extend has no cross-cluster network); restart counts get the ``restarts`` offset; with
+    ``disable_ip_reflection`` the pod IPs are cleared; with ``remote_unavailable`` Ready is forced False.
+    ``now`` stamps a Ready condition that turns False here; a condition already False locally keeps its time,
+    so forging twice gives the same status.
+    """
+    status: KubeObj = copy.deepcopy(dict(status_of(remote_pod)))
+    pod_ip = status.get("podIP") or ""
+    if pod_ip:
+        status["podIPs"] = [{"ip": pod_ip}]
+    if vk_pod_ip:
+        status["hostIP"] = vk_pod_ip
+        status["hostIPs"] = [{"ip": vk_pod_ip}]
+    else:
+        status["hostIP"] = ""
+        status["hostIPs"] = []
+    for container in status.get("containerStatuses") or ():
+        container["restartCount"] = int(container.get("restartCount") or 0) + restarts
+    if disable_ip_reflection:
+        status["podIP"] = ""
+        status["podIPs"] = []
+    if remote_unavailable:
+        _force_not_ready(status, status_of(local_pod), now)
+    return status
+
+
+def _force_not_ready(status: KubeObj, local_status: Mapping[str, Any], now: datetime | None) -> None:
+    local_ready = _condition(local_status, "Ready")
+    if (
+        local_ready is not None
+        and local_ready.get("status") == "False"
+        and local_ready.get("lastTransitionTime")
+    ):
+        stamp: str | None = local_ready["lastTransitionTime"]
+    else:
+        stamp = rfc3339(now) if now is not None else None
+    conditions = status.setdefault("conditions", [])
+    ready = _condition(status, "Ready")
+    if ready is None:
+        ready = {"type": "Ready", "status": "False"}
+        conditions.append(ready)
+    elif ready.get("status") == "False":
+        return
+    ready["status"] = "False"
+    if stamp is not None:
+        ready["lastTransitionTime"] = stamp
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Any:
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == kind:
+            return condition
+    return None
+
+
+def rejected_status(local_pod: ReadObj, phase: str, reason: str, now: datetime) -> KubeObj:
+    """Liqo's LocalRejectedPodStatus: the local status with ``phase``/``reason``; True conditions turn False.
+
+    Every container status becomes not ready and, for a terminal ``phase``, terminated (exit code 1 if
+    Failed, else 0) unless already terminated. Idempotent: applying it twice changes nothing more.
+    """
+    status: KubeObj = copy.deepcopy(dict(status_of(local_pod)))
+    status["phase"] = phase
+    status["reason"] = reason
+    stamp = rfc3339(now)
+    for condition in status.get("conditions") or ():
+        if condition.get("status") == "True":
+            condition["status"] = "False"
+            condition["reason"] = reason
+            condition["lastTransitionTime"] = stamp
+    for list_name in CONTAINER_STATUS_LISTS:
+        for container in status.get(list_name) or ():
+            terminate_container_state(container, phase, reason)
+    return status
+
+
+def terminate_container_state(container_status: KubeObj, phase: str, reason: str) -> None:
+    container_status["ready"] = False
+    if phase in TERMINAL_PHASES and not (container_status.get("state") or {}).get("terminated"):
+        container_status["state"] = {
+            "terminated": {"exitCode": 1 if phase == PHASE_FAILED else 0, "reason": reason},
+        }
+
+
+def status_when_remote_missing(local_pod: ReadObj, shadow: ReadObj | None, now: datetime) -> KubeObj | None:
+    """With no remote pod: mirror a terminal ShadowPod phase as RemotePodTerminated (PR #3255), else wait.
+
+    Returns None to mean "leave the local status alone".
+    """
+    if shadow is None:
+        return None
+    phase = phase_of(shadow)
+    if phase not in (PHASE_SUCCEEDED, PHASE_FAILED):
+        return None
+    return rejected_status(local_pod, phase, c.REASON_REMOTE_POD_TERMINATED, now)
+
+
+def status_equal(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Semantic equality of two statuses.
+
+    Only JSON "omitempty" noise is ignored: an absent key equals null, "" and []. Everything else counts,
+    including ``{}`` (a non-nil empty struct such as ``state.waiting``), timestamps and list order.
+    """
+    return bool(_normalize(a or {}) == _normalize(b or {}))
+
+
+def _normalize(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            normalized = _normalize(item)
+            if not _is_empty(normalized):
+                out[key] = normalized
+        return out
+    if isinstance(value, list | tuple):
+        return [_normalize(item) for item in value]
+    return value
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or (isinstance(value, str | list) and len(value) == 0)
