@@ -1,0 +1,124 @@
+"""Find the control-plane binaries the integration tests run, envtest-style; build them when missing.
+
+Lookup order per binary: ``TEST_ASSET_<NAME>``, ``$KUBEBUILDER_ASSETS/<name>``, the project cache
+``<repo>/.k8s-bin/k8s/<X.Y.Z>-linux-amd64/`` and then the setup-envtest store
+``${XDG_DATA_HOME:-~/.local/share}/kubebuilder-envtest/k8s/<X.Y.Z>-*/``. For the two directory stores the
+newest version directory that holds every still-missing binary wins, so one plane never mixes versions.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import subprocess
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parent.parent
+BUILD_SCRIPT = REPO / "hack" / "build-k8s-bins.sh"
+DEFAULT_NAMES: tuple[str, ...] = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+)
+_VERSION_DIR = re.compile(r"^(\d+)\.(\d+)\.(\d+)-")
+
+
+class BinariesNotFound(RuntimeError):
+    """Raised when a binary is in none of the stores, even after running the build script."""
+
+
+def env_var_for(name: str) -> str:
+    """The envtest override variable: upper-cased, runs of non-[A-Z0-9] become '_', leading digits go."""
+    return "TEST_ASSET_" + re.sub(r"[^A-Z0-9]+", "_", name.upper()).lstrip("0123456789")
+
+
+def project_store() -> Path:
+    return Path(os.environ.get("VKBRIDGE_K8S_BIN", REPO / ".k8s-bin")) / "k8s"
+
+
+def envtest_store() -> Path:
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "kubebuilder-envtest" / "k8s"
+
+
+def _executable(p: Path) -> bool:
+    return p.is_file() and os.access(p, os.X_OK)
+
+
+def _version_dirs(store: Path) -> list[Path]:
+    """Version directories, newest first (by X.Y.Z in the name, as setup-envtest sorts them)."""
+    if not store.is_dir():
+        return []
+    found = []
+    for d in store.iterdir():
+        m = _VERSION_DIR.match(d.name)
+        if m and d.is_dir():
+            found.append((tuple(int(g) for g in m.groups()), d))
+    return [d for _, d in sorted(found, reverse=True)]
+
+
+def _from_store(store: Path, names: Iterable[str]) -> dict[str, Path]:
+    wanted = list(names)
+    for d in _version_dirs(store):
+        if all(_executable(d / n) for n in wanted):
+            return {n: d / n for n in wanted}
+    return {}
+
+
+def _lookup(names: Sequence[str]) -> tuple[dict[str, Path], list[str]]:
+    """Resolve what can be resolved; returns (found, problems) where problems explain bad overrides."""
+    found: dict[str, Path] = {}
+    problems: list[str] = []
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    for n in names:
+        var = env_var_for(n)
+        if os.environ.get(var):
+            p = Path(os.environ[var])
+            if _executable(p):
+                found[n] = p
+            else:
+                problems.append(f"{var}={p} is not an executable file")
+        elif assets and _executable(Path(assets) / n):
+            found[n] = Path(assets) / n
+    for store in (project_store(), envtest_store()):
+        missing = [n for n in names if n not in found]
+        if not missing:
+            break
+        found.update(_from_store(store, missing))
+    return found, problems
+
+
+def _run_build_script() -> None:
+    """Run hack/build-k8s-bins.sh once per machine at a time (a lock keeps parallel sessions out)."""
+    lock_path = project_store().parent / ".build.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        log.warning("Kubernetes binaries missing: running %s (cold: about 20 min)", BUILD_SCRIPT)
+        # Output is inherited on purpose: the script prints progress, and it skips complete builds.
+        subprocess.run(["bash", str(BUILD_SCRIPT)], check=False)
+
+
+def find_binaries(names: Sequence[str] = DEFAULT_NAMES, *, build: bool = True) -> dict[str, Path]:
+    """Map each binary name to an executable path, building the project cache when something is missing."""
+    found, problems = _lookup(names)
+    if problems:
+        raise BinariesNotFound("; ".join(problems))
+    if len(found) < len(names) and build and BUILD_SCRIPT.is_file():
+        _run_build_script()
+        found, problems = _lookup(names)
+    missing = [n for n in names if n not in found]
+    if missing or problems:
+        raise BinariesNotFound(
+            f"missing Kubernetes binaries {missing}: set TEST_ASSET_<NAME> or KUBEBUILDER_ASSETS, or build "
+            f"them into {project_store()} with {BUILD_SCRIPT} (log under {project_store().parent / 'logs'})"
+            + ("; " + "; ".join(problems) if problems else "")
+        )
+    return found

@@ -1,0 +1,581 @@
+"""One local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler).
+
+Processes run on 127.0.0.1 with free ports, envtest-style, each plane in its own temporary directory
+(``pki/``, ``etcd/``, ``logs/<component>.log``, kubeconfigs). One CA per plane does every job: it signs
+the apiserver's serving certificate, it is the ``--client-ca-file`` (so certificates issued by
+``issue_client_cert`` authenticate), the KCM's cluster signing CA (so CSR-signed client certificates
+authenticate and CSR-signed kubelet-serving certificates verify) and the ``--kubelet-certificate-authority``
+(so fake kubelets and vkbridge must serve a certificate from it with IP SAN 127.0.0.1). One CA keeps the
+test trust simple; real clusters separate these roles, which nothing under test depends on.
+
+Identities: admin (O system:masters) for tests, kube-apiserver-kubelet-client (O system:masters) toward
+kubelets, system:kube-scheduler, and system:kube-controller-manager, which is also in system:masters because
+with ``--use-service-account-credentials=false`` its own RBAC role cannot, e.g., sign CSRs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import datetime as dt
+import ipaddress
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import yaml
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPublicKeyTypes
+
+from e2e.binaries import REPO, find_binaries
+from e2e.pki import CertAuthority, Issued, rsa_key_pair, write_pem
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+STOP_GRACE_S = 10.0
+_ports_lock = threading.Lock()
+_ports_handed_out: set[int] = set()
+
+
+class PlaneError(RuntimeError):
+    """A control plane failed to start or to answer; the message carries the component's log tail."""
+
+
+class KubectlError(subprocess.CalledProcessError):
+    def __str__(self) -> str:
+        return f"{super().__str__()}\nstderr: {(self.stderr or '').strip()[-2000:]}"
+
+
+def free_port() -> int:
+    """A free loopback port never handed out before by this process (two planes start concurrently)."""
+    with _ports_lock:
+        for _ in range(100):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port: int = s.getsockname()[1]
+            if port not in _ports_handed_out:
+                _ports_handed_out.add(port)
+                return port
+    raise PlaneError("no free loopback port")
+
+
+def wait_for(cond: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1) -> T:
+    """Poll cond until it returns a truthy value; raises TimeoutError naming what was awaited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = cond()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class _Process:
+    name: str
+    argv: list[str]
+    log_path: Path
+    popen: subprocess.Popen[bytes] | None = None
+    log_file: IO[bytes] | None = field(default=None, repr=False)
+
+    def start(self) -> None:
+        self.log_file = self.log_path.open("ab")
+        stamp = dt.datetime.now(dt.UTC).isoformat()
+        self.log_file.write(f"=== {stamp} starting: {' '.join(self.argv)}\n".encode())
+        self.log_file.flush()
+        self.popen = subprocess.Popen(
+            self.argv, stdin=subprocess.DEVNULL, stdout=self.log_file, stderr=subprocess.STDOUT
+        )
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.popen is not None:
+            self.popen.send_signal(sig)  # a no-op once the process has exited and been reaped
+
+    def reap(self, deadline: float) -> None:
+        """Wait until deadline, then SIGKILL; always closes the log file."""
+        if self.popen is not None:
+            try:
+                self.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop after SIGTERM; killing it", self.name)
+                self.popen.kill()
+                self.popen.wait()
+        if self.log_file is not None:
+            self.log_file.close()
+            self.log_file = None
+
+
+class ControlPlane:
+    """A control plane in a temp dir; ``start()`` it, ``stop()`` it (also at interpreter exit)."""
+
+    ip = "127.0.0.1"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        base_dir: Path | None = None,
+        service_cidr: str = "10.0.0.0/24",
+        grace: str = "20s",
+        bins: Mapping[str, Path] | None = None,
+        extra_args: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        self.name = name
+        self.bin: dict[str, Path] = dict(bins) if bins is not None else find_binaries()
+        if base_dir is not None:
+            base_dir.mkdir(parents=True, exist_ok=True)
+        self.base_dir = Path(tempfile.mkdtemp(prefix=f"vkb-{name}-", dir=base_dir))
+        self.service_cidr = service_cidr
+        self.grace = grace
+        self.extra_args = {k: list(v) for k, v in (extra_args or {}).items()}
+        self.port = free_port()
+        self.url = f"https://{self.ip}:{self.port}"
+        self.etcd_port, self._etcd_peer_port = free_port(), free_port()
+        self.etcd_url = f"http://{self.ip}:{self.etcd_port}"
+        self.kcm_port, self.scheduler_port = free_port(), free_port()
+        self.ca = CertAuthority.create(f"vkbridge-test-{name}-ca")
+        self.ca_pem = self.ca.cert_pem
+        self._pki = self.base_dir / "pki"
+        self._logs = self.base_dir / "logs"
+        self._logs.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._stopped = False
+        self._procs: dict[str, _Process] = {}
+        self._write_pki()
+        self.admin_kubeconfig = self._client_kubeconfig("admin", ["system:masters"])
+        self._ssl_admin = ssl.create_default_context(cadata=self.ca_pem.decode())
+        self._ssl_admin.load_cert_chain(self._pki / "admin.crt", self._pki / "admin.key")
+        self._ssl_anon = ssl.create_default_context(cadata=self.ca_pem.decode())
+        atexit.register(self.stop)
+
+    def __repr__(self) -> str:
+        return f"ControlPlane({self.name!r}, url={self.url!r}, dir={str(self.base_dir)!r})"
+
+    # ---- files -------------------------------------------------------------------------------------
+
+    def _write_pki(self) -> None:
+        pki, ca = self._pki, self.ca
+        ca.write(pki, "ca")
+        first_service_ip = str(next(ipaddress.ip_network(self.service_cidr).hosts()))
+        serving_dns = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
+        serving_dns.append("kubernetes.default.svc.cluster.local")
+        self._write_pair(
+            "apiserver",
+            ca.issue("kube-apiserver", server=True, ips=[self.ip, first_service_ip], dns=serving_dns),
+        )
+        self._write_pair(
+            "apiserver-kubelet-client",
+            ca.issue("kube-apiserver-kubelet-client", ["system:masters"], client=True),
+        )
+        for comp in ("kube-controller-manager", "kube-scheduler"):
+            self._write_pair(f"{comp}-serving", ca.issue(comp, server=True, ips=[self.ip], dns=["localhost"]))
+        sa_key, sa_pub = rsa_key_pair()
+        write_pem(pki / "sa.key", sa_key)
+        write_pem(pki / "sa.pub", sa_pub, 0o644)
+
+    def _write_pair(self, stem: str, issued: Issued) -> tuple[Path, Path]:
+        assert issued.key_pem is not None
+        return write_pem(self._pki / f"{stem}.crt", issued.cert_pem, 0o644), write_pem(
+            self._pki / f"{stem}.key", issued.key_pem
+        )
+
+    def _client_kubeconfig(self, cn: str, orgs: Sequence[str], stem: str | None = None) -> Path:
+        stem = stem or cn
+        cert, key = self._write_pair(stem, self.ca.issue(cn, orgs, client=True))
+        return self.write_kubeconfig(
+            self.base_dir / f"{stem}.kubeconfig", cert.read_bytes(), key.read_bytes(), name=self.name
+        )
+
+    # ---- public helpers ----------------------------------------------------------------------------
+
+    def issue_client_cert(
+        self,
+        cn: str,
+        orgs: Sequence[str] = (),
+        lifetime: dt.timedelta = dt.timedelta(days=365),
+        public_key: CertificateIssuerPublicKeyTypes | None = None,
+    ) -> tuple[bytes, bytes | None]:
+        """A client certificate the apiserver accepts as user cn in groups orgs (key None if public_key)."""
+        issued = self.ca.issue(cn, orgs, client=True, lifetime=lifetime, public_key=public_key)
+        return issued.cert_pem, issued.key_pem
+
+    def kubeconfig_dict(
+        self, cert_pem: bytes, key_pem: bytes, server: str | None = None, name: str | None = None
+    ) -> dict[str, Any]:
+        """A client-certificate kubeconfig; server defaults to this plane (e.g. pass a tunnel's URL)."""
+        name = name or self.name
+
+        def b64(data: bytes) -> str:
+            return base64.b64encode(data).decode()
+
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": name,
+            "clusters": [
+                {
+                    "name": name,
+                    "cluster": {"server": server or self.url, "certificate-authority-data": b64(self.ca_pem)},
+                }
+            ],
+            "users": [
+                {
+                    "name": name,
+                    "user": {"client-certificate-data": b64(cert_pem), "client-key-data": b64(key_pem)},
+                }
+            ],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        }
+
+    def write_kubeconfig(
+        self, path: Path, cert_pem: bytes, key_pem: bytes, server: str | None = None, name: str | None = None
+    ) -> Path:
+        data = yaml.safe_dump(self.kubeconfig_dict(cert_pem, key_pem, server=server, name=name))
+        return write_pem(Path(path), data.encode())
+
+    def kubectl(
+        self, *args: str, input: str | bytes | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl as admin (system:masters); stderr is included in the error when check fails."""
+        argv = [str(self.bin["kubectl"]), f"--kubeconfig={self.admin_kubeconfig}", *args]
+        text_in = input.decode() if isinstance(input, bytes) else input
+        res = subprocess.run(
+            argv, input=text_in, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and res.returncode != 0:
+            raise KubectlError(res.returncode, argv, res.stdout, res.stderr)
+        return res
+
+    def api(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        admin: bool = True,
+        timeout: float = 30,
+    ) -> tuple[int, Any]:
+        """A raw API request (admin cert, or anonymous); returns (status, decoded JSON or text)."""
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        ctx = self._ssl_admin if admin else self._ssl_anon
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=timeout) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+    def log_tail(self, component: str, n: int = 40) -> str:
+        path = self._logs / f"{component}.log"
+        if not path.exists():
+            return f"(no log for {component})"
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 256 * 1024))
+            lines = f.read().decode(errors="replace").splitlines()
+        return "\n".join(lines[-n:])
+
+    def pids(self) -> dict[str, int]:
+        return {n: p.popen.pid for n, p in self._procs.items() if p.popen is not None and p.alive()}
+
+    def rss_bytes(self) -> dict[str, int]:
+        """Resident memory per running component, from /proc (for measurements)."""
+        out = {}
+        for n, pid in self.pids().items():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmRSS:"):
+                    out[n] = int(line.split()[1]) * 1024
+        return out
+
+    # ---- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 120) -> ControlPlane:
+        """Start every component and wait until each answers its health endpoint."""
+        with self._lock:
+            if self._stopped:
+                raise PlaneError(f"{self.name}: a stopped plane cannot be restarted")
+            deadline = time.monotonic() + timeout
+            t0 = time.monotonic()
+            try:
+                self._start_component("etcd", self._etcd_argv())
+                self._await("etcd", deadline, self._etcd_healthy)
+                self._start_component("kube-apiserver", self._apiserver_argv())
+                self._await("kube-apiserver", deadline, self._apiserver_ready)
+                self._start_component("kube-controller-manager", self._kcm_argv())
+                self._start_component("kube-scheduler", self._scheduler_argv())
+                self._await("kube-controller-manager", deadline, lambda: self._healthz(self.kcm_port))
+                self._await("kube-scheduler", deadline, lambda: self._healthz(self.scheduler_port))
+            except BaseException:
+                self._terminate_all()
+                raise
+            log.info(
+                "plane %s up in %.1fs at %s (%s)", self.name, time.monotonic() - t0, self.url, self.base_dir
+            )
+            return self
+
+    def stop(self) -> None:
+        """Terminate every process (SIGTERM, SIGKILL after 10 s) and delete the plane dir; idempotent."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            atexit.unregister(self.stop)
+            self._terminate_all()
+            if os.environ.get("VKBRIDGE_KEEP_PLANE_DIRS") == "1":
+                log.warning("keeping %s", self.base_dir)
+            else:
+                shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def keep(self) -> None:
+        """Leave this plane running after the interpreter exits (debugging: VKBRIDGE_KEEP_PLANES=1)."""
+        atexit.unregister(self.stop)
+        with self._lock:
+            for p in self._procs.values():
+                if p.log_file is not None:
+                    p.log_file.close()
+                    p.log_file = None
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def restart_apiserver(self, timeout: float = 120) -> None:
+        """Stop kube-apiserver and start it again on the same port and etcd (resilience tests)."""
+        with self._lock:
+            if self._stopped or "kube-apiserver" not in self._procs:
+                raise PlaneError(f"{self.name}: restart_apiserver needs a started plane")
+            proc = self._procs["kube-apiserver"]
+            proc.signal(signal.SIGTERM)
+            proc.reap(time.monotonic() + STOP_GRACE_S)
+            self._start_component("kube-apiserver", proc.argv)
+            self._await("kube-apiserver", time.monotonic() + timeout, self._apiserver_ready)
+
+    def compact_etcd(self) -> int:
+        """Compact etcd at its current revision (physically); returns that revision.
+
+        Watches and lists are served from the apiserver's watch cache (1.36 also serves exact-revision lists
+        from cache snapshots), which keeps its own event window: an old resourceVersion gets 410 after
+        ``restart_apiserver()`` (the new cache starts at the current revision), or at once on a plane started
+        with ``extra_args={"kube-apiserver": ["--watch-cache=false"]}``.
+        """
+        rev = int(
+            self._etcd_post("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"]
+        )
+        self._etcd_post("/v3/kv/compaction", {"revision": str(rev), "physical": True})
+        return rev
+
+    def _etcd_post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(
+            self.etcd_url + path,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            result: dict[str, Any] = json.loads(resp.read())
+        return result
+
+    def install_crds(self, source: Path | None = None, timeout: float = 60) -> list[str]:
+        """Server-side apply the Liqo v1.2 CRDs and wait until each is Established; returns CRD names."""
+        src = source or crd_source()
+        if not src.is_dir():
+            raise PlaneError(f"CRD directory {src} does not exist (set VKBRIDGE_LIQO_CRDS)")
+        files = sorted(p for p in src.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
+        names = []
+        for f in files:
+            for doc in yaml.safe_load_all(f.read_text()):
+                if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                    names.append(doc["metadata"]["name"])
+        if not names:
+            raise PlaneError(f"no CustomResourceDefinition manifests in {src}")
+        # Server-side: the CRDs exceed the 256 KiB last-applied annotation of client-side apply.
+        self.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=vkbridge-e2e",
+            *[f"-f={f}" for f in files],
+            timeout=timeout,
+        )
+        self.kubectl(
+            "wait",
+            "--for=condition=Established",
+            f"--timeout={int(timeout)}s",
+            *[f"crd/{n}" for n in names],
+            timeout=timeout + 10,
+        )
+        return names
+
+    # ---- internals ---------------------------------------------------------------------------------
+
+    def _start_component(self, name: str, argv: list[str]) -> None:
+        argv = argv + self.extra_args.get(name, [])
+        proc = _Process(name, argv, self._logs / f"{name}.log")
+        self._procs[name] = proc
+        proc.start()
+
+    def _await(self, name: str, deadline: float, healthy: Callable[[], bool]) -> None:
+        proc = self._procs[name]
+        while True:
+            if not proc.alive():
+                code = proc.popen.returncode if proc.popen else None
+                raise PlaneError(
+                    f"{self.name}: {name} exited with {code}; last lines:\n{self.log_tail(name)}"
+                )
+            if healthy():
+                return
+            if time.monotonic() >= deadline:
+                raise PlaneError(
+                    f"{self.name}: {name} not healthy in time; last lines:\n{self.log_tail(name)}"
+                )
+            time.sleep(0.1)
+
+    def _terminate_all(self) -> None:
+        # Clients first, etcd last: the apiserver shuts down cleanly only while etcd answers.
+        clients = [self._procs[n] for n in reversed(COMPONENTS) if n in self._procs and n != "etcd"]
+        for p in clients:
+            p.signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in clients:
+            p.reap(deadline)
+        if "etcd" in self._procs:
+            self._procs["etcd"].signal(signal.SIGTERM)
+            self._procs["etcd"].reap(time.monotonic() + STOP_GRACE_S)
+
+    def _get(self, url: str, ctx: ssl.SSLContext | None) -> bool:
+        try:
+            with urllib.request.urlopen(url, context=ctx, timeout=5) as resp:
+                return bool(resp.status == 200)
+        except (OSError, ValueError):
+            return False
+
+    def _etcd_healthy(self) -> bool:
+        return self._get(self.etcd_url + "/health", None)
+
+    def _apiserver_ready(self) -> bool:
+        return self._get(self.url + "/readyz", self._ssl_anon)
+
+    def _healthz(self, port: int) -> bool:
+        return self._get(f"https://{self.ip}:{port}/healthz", self._ssl_anon)
+
+    def _etcd_argv(self) -> list[str]:
+        peer = f"http://{self.ip}:{self._etcd_peer_port}"
+        return [
+            str(self.bin["etcd"]),
+            f"--name={self.name}",
+            f"--data-dir={self.base_dir / 'etcd'}",
+            f"--listen-client-urls={self.etcd_url}",
+            f"--advertise-client-urls={self.etcd_url}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster={self.name}={peer}",
+            "--unsafe-no-fsync=true",
+        ]
+
+    def _apiserver_argv(self) -> list[str]:
+        pki = self._pki
+        return [
+            str(self.bin["kube-apiserver"]),
+            f"--etcd-servers={self.etcd_url}",
+            f"--bind-address={self.ip}",
+            f"--advertise-address={self.ip}",
+            f"--secure-port={self.port}",
+            f"--cert-dir={pki}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--authorization-mode=Node,RBAC",
+            f"--service-account-issuer={self.url}",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={self.service_cidr}",
+            "--allow-privileged=true",
+            "--enable-admission-plugins=NodeRestriction",
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+            "--kubelet-preferred-address-types=InternalIP",
+            "--endpoint-reconciler-type=none",
+            # Without it a SIGTERM waits up to 60 s for the open watches of KCM, scheduler and vkbridge.
+            "--shutdown-watch-termination-grace-period=2s",
+        ]
+
+    def _component_common(self, comp: str, port: int) -> list[str]:
+        # The KCM runs every controller under its own identity (--use-service-account-credentials=false),
+        # which the bootstrap RBAC role system:kube-controller-manager does not cover (e.g. CSR signing
+        # writes certificatesigningrequests/status): so it is also in system:masters.
+        orgs = ["system:masters"] if comp == "kube-controller-manager" else []
+        kubeconfig = self._client_kubeconfig(f"system:{comp}", orgs, stem=comp)
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            f"--bind-address={self.ip}",
+            f"--secure-port={port}",
+            f"--tls-cert-file={self._pki / f'{comp}-serving.crt'}",
+            f"--tls-private-key-file={self._pki / f'{comp}-serving.key'}",
+            "--leader-elect=false",
+        ]
+
+    def _kcm_argv(self) -> list[str]:
+        pki = self._pki
+        return [
+            str(self.bin["kube-controller-manager"]),
+            *self._component_common("kube-controller-manager", self.kcm_port),
+            "--controllers=*",
+            f"--node-monitor-grace-period={self.grace}",
+            "--node-monitor-period=2s",
+            "--use-service-account-credentials=false",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+            f"--cluster-signing-key-file={pki / 'ca.key'}",
+            f"--service-cluster-ip-range={self.service_cidr}",
+        ]
+
+    def _scheduler_argv(self) -> list[str]:
+        return [
+            str(self.bin["kube-scheduler"]),
+            *self._component_common("kube-scheduler", self.scheduler_port),
+        ]
+
+
+def crd_source() -> Path:
+    """Where the Liqo v1.2 CRDs come from: $VKBRIDGE_LIQO_CRDS, ../shared/liqo-crds-v1.2.0, <repo>/crds."""
+    env = os.environ.get("VKBRIDGE_LIQO_CRDS")
+    if env:
+        return Path(env)
+    shared = REPO.parent / "shared" / "liqo-crds-v1.2.0"
+    return shared if shared.is_dir() else REPO / "crds"

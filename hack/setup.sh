@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install what vkbridge's demo and tests need on a fresh machine; idempotent and quick when done.
+#   Debian packages (only if missing), the Python package with its dev extras, and the control-plane
+#   binaries (built once per machine from the Go module proxy, then reused).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=""
+command -v go >/dev/null 2>&1 || missing="$missing golang-go"
+command -v pgrep >/dev/null 2>&1 || missing="$missing procps"
+command -v script >/dev/null 2>&1 || missing="$missing bsdutils"
+if [ -n "$missing" ]; then
+  echo "== apt-get install$missing"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq $missing
+fi
+
+py=${PYTHON:-python3}
+if ! "$py" -c 'import vkbridge, pytest, aiohttp, kubernetes_asyncio, hypothesis, importlinter' >/dev/null 2>&1 \
+   || [ pyproject.toml -nt .setup-stamp ] 2>/dev/null; then
+  echo "== pip install -e .[dev]"
+  "$py" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[dev]'
+  touch .setup-stamp
+fi
+
+echo "== control-plane binaries"
+bash hack/build-k8s-bins.sh
