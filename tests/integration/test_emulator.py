@@ -1,0 +1,663 @@
+"""The pool emulator and the bundle, on the two real control planes (no vkbridge involved).
+
+These pin the Liqo behaviour vkbridge relies on: offloading -> remote namespace, ShadowPod -> owned Pod,
+credentials through the tunnel, the quota webhook, Renew signing, and re-signing at 2/3 of the lifetime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import hashlib
+import ipaddress
+import re
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from e2e.bundle import (
+    Bundle,
+    create_bundle,
+    decode_kubeconfig_secret,
+    delete_bundle,
+    kubeconfig_dict,
+    make_csr,
+    new_key,
+    private_pem,
+)
+from e2e.controlplane import ControlPlane
+from e2e.emulator import EmulatorHandle, identity_cn, launch_emulator
+from e2e.emulator import names as n
+from e2e.emulator.certs import renewal_due_at
+from e2e.emulator.kube import ApiError, Credentials, Kube, api_path
+from e2e.emulator.quota_webhook import check, pod_cost
+from e2e.fixtures_pool import offload_namespace_async
+from e2e.tunnel import TunnelProxy
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+T = TypeVar("T")
+WEBHOOK_DENIED = 'admission webhook "shadowpod.validate.liqo.io" denied the request: '
+
+
+async def eventually(fn: Callable[[], Awaitable[T | None]], what: str, timeout: float = 30.0) -> T:
+    """Poll fn until it returns something truthy; API errors count as 'not yet'."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last: object = None
+    while True:
+        try:
+            got = await fn()
+            if got:
+                return got
+            last = got
+        except (TimeoutError, ApiError, OSError, aiohttp.ClientError) as e:
+            last = e
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+async def ck(consumer: ControlPlane) -> AsyncIterator[Kube]:
+    async with Kube.from_kubeconfig(consumer.admin_kubeconfig, name="consumer") as k:
+        yield k
+
+
+@pytest.fixture
+async def pk(pool: ControlPlane) -> AsyncIterator[Kube]:
+    async with Kube.from_kubeconfig(pool.admin_kubeconfig, name="pool") as k:
+        yield k
+
+
+@pytest.fixture
+async def tenant(bundle: Bundle, emulator: EmulatorHandle) -> AsyncIterator[Kube]:
+    """The pool as the tenant identity of the bundle, through the tunnel."""
+    async with bundle.kube() as k:
+        yield k
+
+
+def shadowpod(name: str, ns: str, requests: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": n.OFFLOADING,
+        "kind": "ShadowPod",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {
+                n.ORIGIN: "c-1a2b3c4d",
+                n.DESTINATION: "c0123456789ab",
+                "offloading.liqo.io/nodename": "c0123456789ab",
+                "app": name,
+            },
+            "annotations": {"example.com/note": "copied"},
+        },
+        "spec": {
+            "pod": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "busybox:1.36",
+                        "command": ["sleep", "3600"],
+                        "resources": {"requests": requests or {"cpu": "10m", "memory": "16Mi"}},
+                    }
+                ],
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+            }
+        },
+    }
+
+
+async def whoami(kube: Kube, timeout: float = 10.0) -> dict[str, Any]:
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    got = await kube.request(
+        "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body=review, timeout=timeout
+    )
+    info: dict[str, Any] = got["status"]["userInfo"]
+    return info
+
+
+async def offloaded(
+    ck: Kube, pk: Kube, fresh_ns: Callable[..., str], consumer: ControlPlane
+) -> tuple[str, str]:
+    ns = await asyncio.to_thread(fresh_ns, consumer)
+    return ns, await offload_namespace_async(ck, pk, ns)
+
+
+# ---- pure rules ------------------------------------------------------------------------------------
+
+
+def test_identity_cn_and_quota_messages_follow_liqo() -> None:
+    assert identity_cn("c0123456789ab", "c-1a2b3c4d") == "c0123456789ab-" + _sha6("c-1a2b3c4d")
+    spec = {
+        "containers": [
+            {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+            {"resources": {"requests": {"cpu": "500m"}}},
+        ],
+        "initContainers": [{"resources": {"requests": {"cpu": "2", "memory": "64Mi"}}}],
+    }
+    assert pod_cost(spec) == {"cpu": Fraction(2), "memory": Fraction(2**30)}
+    grant = {"cpu": "4", "memory": "8Gi"}
+    assert check({"cpu": Fraction(5)}, grant, {"cpu": Fraction(1, 10)}) == (
+        "peering cpu quota usage exceeded - free 3900m / requested 5"
+    )
+    assert check({"memory": Fraction(2**33)}, grant, {"memory": Fraction(64 * 2**20)}) == (
+        "peering memory quota usage exceeded - free 8128Mi / requested 8Gi"
+    )
+    assert check({"cpu": Fraction(4)}, grant, {}) is None
+    assert (
+        check({"nvidia.com/gpu": Fraction(1)}, grant, {})
+        == "nvidia.com/gpu quota limit not found for this peering"
+    )
+
+
+# ---- (a)(b)(c) offloading --------------------------------------------------------------------------
+
+
+async def test_offloading_yields_remote_namespace_and_accepted_mapping(
+    emulator: EmulatorHandle, bundle: Bundle, consumer: ControlPlane, ck: Kube, pk: Kube, fresh_ns: Any
+) -> None:
+    ns, remote = await offloaded(ck, pk, fresh_ns, consumer)
+    assert remote == f"{ns}-{bundle.consumer_id}"
+
+    want = {"remoteNamespace": remote, "phase": "Accepted"}
+    consumer_nm = await ck.get(api_path(n.OFFLOADING, n.NAMESPACEMAPS, bundle.tenant_ns, bundle.slug))
+    pool_nm = await pk.get(api_path(n.OFFLOADING, n.NAMESPACEMAPS, bundle.remote_tenant_ns, bundle.slug))
+    assert consumer_nm["spec"]["desiredMapping"][ns] == remote
+    assert consumer_nm["status"]["currentMapping"][ns] == want
+    assert pool_nm["status"]["currentMapping"][ns] == want
+    labels = pool_nm["metadata"]["labels"]
+    assert labels[n.REPLICATION_ORIGIN] == bundle.consumer_id and labels[n.REPLICATION_STATUS] == "true"
+
+    remote_ns = await pk.get(api_path("v1", "namespaces", name=remote))
+    assert remote_ns["metadata"]["labels"][n.REMOTE_CLUSTER_ID] == bundle.consumer_id
+    assert remote_ns["metadata"]["annotations"] == {
+        n.NS_MANAGED_BY_MAP: f"{bundle.remote_tenant_ns}/{bundle.slug}",
+        n.NS_ORIGINAL_NAME: ns,
+    }
+    rb = await pk.get(api_path(n.RBAC, "rolebindings", remote, bundle.remote_tenant_ns))
+    assert rb["roleRef"]["name"] == n.VK_REMOTE_CLUSTERROLE
+    assert rb["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": bundle.consumer_id}
+    ]
+
+    nso_path = api_path(n.OFFLOADING, n.NAMESPACEOFFLOADINGS, ns, n.OFFLOADING_NAME)
+    nso = await eventually(
+        lambda: _with_phase(ck, nso_path, "Ready"), "NamespaceOffloading Ready", timeout=10
+    )
+    assert nso["status"]["remoteNamespaceName"] == remote
+
+    # Deleting the NamespaceOffloading removes the entry and the remote namespace.
+    await ck.delete(nso_path)
+
+    async def gone() -> bool:
+        c = await ck.get(api_path(n.OFFLOADING, n.NAMESPACEMAPS, bundle.tenant_ns, bundle.slug))
+        p = await pk.get(api_path(n.OFFLOADING, n.NAMESPACEMAPS, bundle.remote_tenant_ns, bundle.slug))
+        return (
+            ns not in (c["spec"].get("desiredMapping") or {})
+            and ns not in ((c.get("status") or {}).get("currentMapping") or {})
+            and ns not in ((p.get("status") or {}).get("currentMapping") or {})
+            and await pk.get_or_none(api_path("v1", "namespaces", name=remote)) is None
+        )
+
+    await eventually(gone, "mapping entry and remote namespace removed", timeout=90)
+
+
+async def _with_phase(ck: Kube, path: str, phase: str) -> dict[str, Any] | None:
+    obj = await ck.get(path)
+    return obj if (obj.get("status") or {}).get("offloadingPhase") == phase else None
+
+
+async def test_namespaceoffloading_without_selector_selects_no_cluster(
+    emulator: EmulatorHandle, bundle: Bundle, consumer: ControlPlane, ck: Kube, fresh_ns: Any
+) -> None:
+    """Liqo v1.1.2/v1.2.0 quirk (GUIDE §3.7): no clusterSelector -> NoClusterSelected, nothing mapped."""
+    ns = await asyncio.to_thread(fresh_ns, consumer)
+    body = {
+        "apiVersion": n.OFFLOADING,
+        "kind": "NamespaceOffloading",
+        "metadata": {"name": "offloading"},
+        "spec": {},
+    }
+    await ck.create(api_path(n.OFFLOADING, n.NAMESPACEOFFLOADINGS, ns), body)
+    path = api_path(n.OFFLOADING, n.NAMESPACEOFFLOADINGS, ns, "offloading")
+    await eventually(lambda: _with_phase(ck, path, "NoClusterSelected"), "NoClusterSelected", timeout=10)
+    nm = await ck.get(api_path(n.OFFLOADING, n.NAMESPACEMAPS, bundle.tenant_ns, bundle.slug))
+    assert ns not in (nm["spec"].get("desiredMapping") or {})
+
+
+async def test_restarted_emulator_converges(
+    emulator: EmulatorHandle, bundle: Bundle, consumer: ControlPlane, ck: Kube, pk: Kube, fresh_ns: Any
+) -> None:
+    """Level-based: what changed while it was down is reconciled when it comes back."""
+    ns, remote = await offloaded(ck, pk, fresh_ns, consumer)
+    old_port = emulator.webhook_port
+    await asyncio.to_thread(emulator.stop)
+    try:
+        await ck.delete(api_path(n.OFFLOADING, n.NAMESPACEOFFLOADINGS, ns, n.OFFLOADING_NAME))
+        vwc = await pk.get_or_none(
+            api_path(n.ADMISSIONREG, "validatingwebhookconfigurations", name=n.WEBHOOK_NAME)
+        )
+        assert vwc is None, "a stopped emulator leaves no webhook behind to block ShadowPods"
+    finally:
+        await asyncio.to_thread(emulator.start)
+    assert emulator.webhook_port > 0 and old_port > 0
+    await eventually(
+        lambda: _absent(pk, api_path("v1", "namespaces", name=remote)),
+        "stale remote namespace removed",
+        timeout=90,
+    )
+    vwc = await pk.get(api_path(n.ADMISSIONREG, "validatingwebhookconfigurations", name=n.WEBHOOK_NAME))
+    assert vwc["webhooks"][0]["clientConfig"]["url"].endswith(f":{emulator.webhook_port}/validate/shadowpods")
+
+
+async def _absent(kube: Kube, path: str) -> bool:
+    return await kube.get_or_none(path) is None
+
+
+# ---- (d) ShadowPod -> Pod ----------------------------------------------------------------------------
+
+
+async def test_shadowpod_becomes_running_pod_owned_by_it_and_is_recreated(
+    emulator: EmulatorHandle,
+    bundle: Bundle,
+    consumer: ControlPlane,
+    ck: Kube,
+    pk: Kube,
+    tenant: Kube,
+    fresh_ns: Any,
+) -> None:
+    _, remote = await offloaded(ck, pk, fresh_ns, consumer)
+    sp = await tenant.create(api_path(n.OFFLOADING, n.SHADOWPODS, remote), shadowpod("web", remote))
+    pod_path = api_path("v1", "pods", remote, "web")
+
+    async def running_pod(not_uid: str = "") -> dict[str, Any] | None:
+        pod = await pk.get(pod_path)
+        ok = (pod.get("status") or {}).get("phase") == "Running" and pod["metadata"]["uid"] != not_uid
+        return pod if ok and not pod["metadata"].get("deletionTimestamp") else None
+
+    pod = await eventually(running_pod, "pod Running", timeout=60)
+    refs = pod["metadata"]["ownerReferences"]
+    assert [(r["kind"], r["name"], r["uid"], r.get("controller")) for r in refs] == [
+        ("ShadowPod", "web", sp["metadata"]["uid"], True)
+    ]
+    assert pod["metadata"]["labels"][n.MANAGED_BY] == "shadowpod"
+    assert pod["metadata"]["labels"]["app"] == "web"
+    assert pod["metadata"]["annotations"]["example.com/note"] == "copied"
+    assert pod["spec"]["containers"][0]["command"] == ["sleep", "3600"]
+    sp_path = api_path(n.OFFLOADING, n.SHADOWPODS, remote, "web")
+    await eventually(lambda: _sp_phase(pk, sp_path, "Running"), "ShadowPod status Running", timeout=10)
+
+    # A deleted pod comes back with a new UID, still owned by the ShadowPod.
+    await pk.delete(pod_path, uid=pod["metadata"]["uid"], grace=0)
+    again = await eventually(
+        lambda: running_pod(not_uid=pod["metadata"]["uid"]), "pod re-created", timeout=60
+    )
+    assert again["metadata"]["ownerReferences"][0]["uid"] == sp["metadata"]["uid"]
+
+    # A terminal ShadowPod is left alone: its pod is not re-created any more.
+    await pk.patch(f"{sp_path}/status", {"status": {"phase": "Succeeded"}})
+    await eventually(lambda: _sp_phase(pk, sp_path, "Succeeded"), "ShadowPod Succeeded", timeout=10)
+    await pk.delete(pod_path, uid=again["metadata"]["uid"], grace=0)
+    await eventually(lambda: _absent(pk, pod_path), "pod deleted", timeout=30)
+    await asyncio.sleep(1.0)  # give a wrong re-creation the time to show up
+    assert await pk.get_or_none(pod_path) is None
+
+
+async def _sp_phase(kube: Kube, path: str, phase: str) -> bool:
+    return ((await kube.get(path)).get("status") or {}).get("phase") == phase
+
+
+# ---- bundle credentials and the tunnel --------------------------------------------------------------
+
+
+async def test_bundle_kubeconfig_authenticates_through_the_tunnel_and_blackhole_cuts_it(
+    emulator: EmulatorHandle, bundle: Bundle, tunnel: TunnelProxy, ck: Kube, pool: ControlPlane
+) -> None:
+    cluster = bundle.kubeconfig["clusters"][0]["cluster"]
+    assert cluster["server"] == tunnel.url != pool.url
+    assert "insecure-skip-tls-verify" not in cluster
+    assert base64.b64decode(cluster["certificate-authority-data"]) == pool.ca_pem
+    secret = await ck.get(api_path("v1", "secrets", bundle.tenant_ns, bundle.secret_name))
+    assert decode_kubeconfig_secret(secret)["clusters"][0]["cluster"]["server"] == tunnel.url
+    cert = x509.load_pem_x509_certificate(bundle.cert_pem)
+    assert (
+        cert.subject.rfc4514_string()
+        == f"CN={identity_cn(bundle.slug, bundle.consumer_id)},O={bundle.consumer_id}"
+    )
+
+    async with bundle.kube() as tenant:
+        info = await whoami(tenant)
+        assert info["username"] == bundle.identity_cn == f"{bundle.slug}-{_sha6(bundle.consumer_id)}"
+        assert bundle.consumer_id in info["groups"] and "system:masters" not in info["groups"]
+        # Narrow rights in its tenant namespace: its own ResourceSlice, nothing else.
+        await tenant.get(api_path(n.AUTH, n.RESOURCESLICES, bundle.remote_tenant_ns, bundle.slug))
+        for path in (
+            api_path("v1", "secrets", bundle.remote_tenant_ns),
+            api_path(n.AUTH, n.RESOURCESLICES, bundle.remote_tenant_ns),
+        ):
+            with pytest.raises(ApiError) as err:
+                await tenant.get(path)
+            assert err.value.status == 403
+        with pytest.raises(ApiError) as err:
+            await tenant.patch(
+                api_path(n.AUTH, n.RESOURCESLICES, bundle.remote_tenant_ns, bundle.slug, "status"),
+                {"status": {"resources": {"cpu": "1000"}}},
+            )
+        assert err.value.status == 403
+
+        tunnel.blackhole()
+        try:
+            with pytest.raises((TimeoutError, OSError, aiohttp.ClientError)):
+                await whoami(tenant, timeout=2.0)
+        finally:
+            tunnel.restore()
+        info = await eventually(lambda: whoami(tenant, timeout=3.0), "the pool through the restored tunnel")
+        assert info["username"] == bundle.identity_cn
+
+
+def _sha6(consumer_id: str) -> str:
+    return hashlib.sha256(consumer_id.encode()).hexdigest()[:12]
+
+
+# ---- (g) quota webhook ------------------------------------------------------------------------------
+
+
+async def test_quota_webhook_denies_over_grant_and_frees_terminal_pods(
+    emulator: EmulatorHandle,
+    bundle: Bundle,
+    consumer: ControlPlane,
+    ck: Kube,
+    pk: Kube,
+    tenant: Kube,
+    fresh_ns: Any,
+) -> None:
+    _, remote = await offloaded(ck, pk, fresh_ns, consumer)
+    coll = api_path(n.OFFLOADING, n.SHADOWPODS, remote)
+    assert bundle.grant["ephemeral-storage"] == "20Gi"
+
+    with pytest.raises(ApiError) as err:
+        await tenant.create(coll, shadowpod("huge", remote, {"cpu": "100", "memory": "16Mi"}))
+    assert err.value.status == 403
+    assert re.fullmatch(
+        re.escape(WEBHOOK_DENIED) + r"peering cpu quota usage exceeded - free \d+m? / requested 100",
+        err.value.message,
+    ), err.value.message
+
+    with pytest.raises(ApiError) as err:
+        await tenant.create(coll, shadowpod("gpu", remote, {"cpu": "10m", "nvidia.com/gpu": "1"}))
+    assert err.value.message == WEBHOOK_DENIED + "nvidia.com/gpu quota limit not found for this peering"
+
+    # Cumulative: 15Gi of 20Gi held, 10Gi more does not fit.
+    first = shadowpod("first", remote, {"cpu": "10m", "memory": "16Mi", "ephemeral-storage": "15Gi"})
+    await tenant.create(coll, first)
+    second = shadowpod("second", remote, {"cpu": "10m", "memory": "16Mi", "ephemeral-storage": "10Gi"})
+    with pytest.raises(ApiError) as err:
+        await tenant.create(coll, second)
+    assert (
+        err.value.message
+        == WEBHOOK_DENIED + "peering ephemeral-storage quota usage exceeded - free 5Gi / requested 10Gi"
+    )
+
+    # A terminal ShadowPod frees its share at once (Liqo keeps it counted: liqo#3137).
+    await pk.patch(f"{coll}/first/status", {"status": {"phase": "Succeeded"}})
+    await eventually(
+        lambda: tenant.create(coll, second), "second admitted once first is terminal", timeout=15
+    )
+    # Give the grant back now rather than when the namespace goes (later tests share it).
+    for name in ("second", "first"):
+        await tenant.delete(f"{coll}/{name}")
+
+
+# ---- (f) Renew -------------------------------------------------------------------------------------
+
+
+def renew_body(bundle: Bundle, csr_pem: bytes, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": n.AUTH,
+        "kind": "Renew",
+        "metadata": {"name": name, "namespace": bundle.remote_tenant_ns},
+        "spec": {
+            "consumerClusterID": bundle.consumer_id,
+            "csr": base64.b64encode(csr_pem).decode(),
+            "identityType": "ResourceSlice",
+            "resourceSliceRef": {"name": bundle.slug},
+        },
+    }
+
+
+async def test_renew_signs_exact_subject_only(
+    bundle: Bundle, tenant: Kube, pk: Kube, tunnel: TunnelProxy
+) -> None:
+    coll = api_path(n.AUTH, n.RENEWS, bundle.remote_tenant_ns)
+    key = new_key()
+    good = f"renew-ok-{uuid.uuid4().hex[:6]}"
+    await tenant.create(
+        coll, renew_body(bundle, make_csr(key, bundle.identity_cn, [bundle.consumer_id]), good)
+    )
+
+    async def signed() -> bytes | None:
+        r = await tenant.get(f"{coll}/{good}")
+        crt = ((r.get("status") or {}).get("authParams") or {}).get("signedCRT")
+        return base64.b64decode(crt) if crt else None
+
+    cert_pem = await eventually(signed, "Renew signed", timeout=15)
+    kcfg = kubeconfig_dict(tunnel.url, bundle.ca_pem, cert_pem, private_pem(key), name="renewed")
+    async with Kube.from_kubeconfig(kcfg) as renewed:
+        info = await whoami(renewed)
+    assert info["username"] == bundle.identity_cn
+    assert bundle.consumer_id in info["groups"] and "system:masters" not in info["groups"]
+
+    wrong_subjects = {
+        "escalate": (bundle.identity_cn, ["system:masters"]),
+        "extra-group": (bundle.identity_cn, [bundle.consumer_id, "system:masters"]),
+        "other-cn": ("admin", [bundle.consumer_id]),
+    }
+    names = {}
+    for label, (cn, orgs) in wrong_subjects.items():
+        name = f"renew-{label}-{uuid.uuid4().hex[:6]}"
+        names[name] = label
+        await tenant.create(coll, renew_body(bundle, make_csr(new_key(), cn, orgs), name))
+    for name in names:
+
+        async def denied(name: str = name) -> bool:
+            events = await pk.get(
+                api_path("v1", "events", bundle.remote_tenant_ns)
+                + f"?fieldSelector=involvedObject.name%3D{name}"
+            )
+            return any(e["reason"] == "RenewDenied" for e in events["items"])
+
+        await eventually(denied, f"RenewDenied event for {names[name]}", timeout=15)
+        r = await pk.get(f"{coll}/{name}")
+        assert not (r.get("status") or {}).get("authParams"), f"{names[name]} must not be signed"
+
+
+# ---- (e) ResourceSlice re-signing at 2/3 of the lifetime --------------------------------------------
+
+
+async def test_resourceslice_cert_resigned_at_two_thirds_and_propagated(
+    consumer: ControlPlane,
+    pool: ControlPlane,
+    tunnel: TunnelProxy,
+    pool_ca_files: tuple[Path, Path],
+    pool_workdir: Path,
+    ck: Kube,
+    pk: Kube,
+) -> None:
+    slug, cid = f"c{uuid.uuid4().hex[:12]}", f"c-{uuid.uuid4().hex[:8]}"
+    lifetime = dt.timedelta(seconds=30)
+    b = await asyncio.to_thread(
+        create_bundle,
+        consumer,
+        pool,
+        slug=slug,
+        consumer_id=cid,
+        pool_server_url=tunnel.url,
+        cert_lifetime=lifetime,
+    )
+    emu = await asyncio.to_thread(
+        launch_emulator,
+        consumer_kubeconfig=consumer.admin_kubeconfig,
+        pool_kubeconfig=pool.admin_kubeconfig,
+        consumer_id=cid,
+        slug=slug,
+        pool_ca_cert=pool_ca_files[0],
+        pool_ca_key=pool_ca_files[1],
+        workdir=pool_workdir / f"emulator-{slug}",
+        api_server_url=tunnel.url,
+        cert_lifetime="30s",
+        controllers="replicator,resourceslice",
+    )
+    try:
+        first = x509.load_pem_x509_certificate(b.cert_pem)
+        due = renewal_due_at(first)
+        rs_path = api_path(n.AUTH, n.RESOURCESLICES, b.remote_tenant_ns, slug)
+
+        async def resigned() -> x509.Certificate | None:
+            rs = await pk.get(rs_path)
+            crt = x509.load_pem_x509_certificate(base64.b64decode(rs["status"]["authParams"]["signedCRT"]))
+            return crt if crt.serial_number != first.serial_number else None
+
+        new = await eventually(resigned, "certificate re-signed", timeout=40)
+        signed_at = new.not_valid_before_utc + dt.timedelta(seconds=5)  # the emulator backdates by 5 s
+        assert due - dt.timedelta(seconds=1) <= signed_at < first.not_valid_after_utc, (due, signed_at)
+        assert new.subject == first.subject
+        fmt = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        assert new.public_key().public_bytes(*fmt) == first.public_key().public_bytes(*fmt), (
+            "same CSR, same key"
+        )
+
+        new_pem = new.public_bytes(serialization.Encoding.PEM)
+
+        async def propagated() -> dict[str, Any] | None:
+            secret = await ck.get(api_path("v1", "secrets", b.tenant_ns, b.secret_name))
+            kcfg = decode_kubeconfig_secret(secret)
+            user = kcfg["users"][0]["user"]
+            return kcfg if base64.b64decode(user["client-certificate-data"]) == new_pem else None
+
+        kcfg = await eventually(propagated, "new certificate in the kubeconfig Secret", timeout=10)
+        assert base64.b64decode(kcfg["users"][0]["user"]["client-key-data"]) == b.key_pem, "key kept"
+        consumer_rs = await eventually(
+            lambda: _replicated(ck, api_path(n.AUTH, n.RESOURCESLICES, b.tenant_ns, slug), new_pem),
+            "status replicated to the consumer",
+            timeout=10,
+        )
+        assert consumer_rs["status"]["resources"] == b.grant
+        async with Kube.from_kubeconfig(kcfg) as renewed:
+            assert (await whoami(renewed))["username"] == identity_cn(slug, cid)
+    finally:
+        await asyncio.to_thread(emu.stop)
+        await asyncio.to_thread(delete_bundle, consumer, pool, b)
+
+
+async def _replicated(ck: Kube, path: str, cert_pem: bytes) -> dict[str, Any] | None:
+    rs = await ck.get(path)
+    crt = ((rs.get("status") or {}).get("authParams") or {}).get("signedCRT")
+    return rs if crt and base64.b64decode(crt) == cert_pem else None
+
+
+# ---- consumer CSR approval --------------------------------------------------------------------------
+
+
+def serving_csr(cn: str) -> bytes:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+            x509.NameAttribute(NameOID.COMMON_NAME, cn),
+        ]
+    )
+    san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    csr = x509.CertificateSigningRequestBuilder().subject_name(name).add_extension(san, critical=False)
+    return csr.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+
+def csr_body(pem: bytes) -> dict[str, Any]:
+    return {
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"generateName": "vk-serving-"},
+        "spec": {
+            "request": base64.b64encode(pem).decode(),
+            "signerName": "kubernetes.io/kubelet-serving",
+            "usages": ["digital signature", "server auth"],
+        },
+    }
+
+
+async def test_kubelet_serving_csr_of_a_tenant_serviceaccount_is_approved(
+    emulator: EmulatorHandle, bundle: Bundle, consumer: ControlPlane, ck: Kube
+) -> None:
+    csrs = api_path("certificates.k8s.io/v1", "certificatesigningrequests")
+    sa, role = f"vk-{uuid.uuid4().hex[:6]}", f"emulator-test-csr-{uuid.uuid4().hex[:6]}"
+    await ck.create(api_path("v1", "serviceaccounts", bundle.tenant_ns), {"metadata": {"name": sa}})
+    await ck.create(
+        api_path(n.RBAC, "clusterroles"),
+        {
+            "metadata": {"name": role},
+            "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"],
+                       "verbs": ["create", "get"]}],
+        },
+    )  # fmt: skip
+    await ck.create(
+        api_path(n.RBAC, "clusterrolebindings"),
+        {
+            "metadata": {"name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": bundle.tenant_ns}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        },
+    )
+    created: list[str] = []
+    try:
+        tr = await ck.create(
+            api_path("v1", "serviceaccounts", bundle.tenant_ns, sa, "token"),
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 600},
+            },
+        )
+        as_sa = Kube(Credentials(server=consumer.url, ca_pem=consumer.ca_pem, token=tr["status"]["token"]))
+        # The admin's CSR goes first: the approver sees it before the SA's and must leave it alone.
+        by_admin = await ck.create(csrs, csr_body(serving_csr(f"system:node:{bundle.slug}")))
+        created.append(by_admin["metadata"]["name"])
+        async with as_sa:
+            by_sa = await eventually(
+                lambda: as_sa.create(csrs, csr_body(serving_csr(f"system:node:{bundle.slug}"))),
+                "CSR created by the tenant ServiceAccount (RBAC settling)",
+                timeout=10,
+            )
+        created.append(by_sa["metadata"]["name"])
+
+        async def issued() -> dict[str, Any] | None:
+            got = await ck.get(f"{csrs}/{by_sa['metadata']['name']}")
+            return got if (got.get("status") or {}).get("certificate") else None
+
+        done = await eventually(issued, "kubelet-serving certificate issued", timeout=30)
+        first = done["status"]["conditions"][0]
+        assert (first["type"], first["reason"]) == ("Approved", "LiqoApproval")
+        cert = x509.load_pem_x509_certificate(base64.b64decode(done["status"]["certificate"]))
+        assert (
+            cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == f"system:node:{bundle.slug}"
+        )
+        admin_csr = await ck.get(f"{csrs}/{by_admin['metadata']['name']}")
+        assert not (admin_csr.get("status") or {}).get("conditions"), (
+            "only tenant ServiceAccounts are approved"
+        )
+    finally:
+        for name in created:
+            await ck.delete(f"{csrs}/{name}")
+        await ck.delete(api_path(n.RBAC, "clusterrolebindings", name=role))
+        await ck.delete(api_path(n.RBAC, "clusterroles", name=role))
+        await ck.delete(api_path("v1", "serviceaccounts", bundle.tenant_ns, sa))
