@@ -1,0 +1,174 @@
+"""The README's first command: both planes, the pool emulator, vkbridge, and GUIDE §3.8 `burst-hello`.
+
+    python -m e2e.demo            # everything, then waits; Ctrl-C stops it all
+    python -m e2e.demo --no-vkbridge   # planes + pool emulator only (to run vkbridge yourself)
+
+Everything runs on 127.0.0.1 in a temporary directory that is removed on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from e2e.bundle import create_bundle
+from e2e.emulator import launch_emulator
+from e2e.fakekubelet import launch_fake_kubelets
+from e2e.fixtures_pool import CONSUMER_ID, POOL_NODES, SLUG, offload_namespace
+from e2e.planes import start_planes
+from e2e.tunnel import TunnelProxy
+from e2e.vkbridge_proc import VkbridgeOptions, VkbridgeProcess
+
+NAMESPACE = "my-team"
+
+
+def burst_hello(slug: str) -> dict[str, object]:
+    """GUIDE §3.8, verbatim but for the slug."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "burst-hello", "namespace": NAMESPACE},
+        "spec": {
+            "tolerations": [
+                {"key": "multicloud.io/pool", "operator": "Equal", "value": slug, "effect": "NoSchedule"}
+            ],
+            "nodeSelector": {"multicloud.io/pool": slug},
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "hello",
+                    "image": "busybox:1.36",
+                    "command": ["sh", "-c", "echo hello from the pool; uname -n; sleep 30"],
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                }
+            ],
+        },
+    }
+
+
+def say(msg: str) -> None:
+    print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def wait(cond, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m e2e.demo", description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--no-vkbridge", action="store_true", help="bring up the planes and the pool emulator only"
+    )
+    ap.add_argument(
+        "--exit", action="store_true", help="stop everything after burst-hello (for CI smoke runs)"
+    )
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with tempfile.TemporaryDirectory(prefix="vkbridge-demo-") as tmp:
+        work = Path(tmp)
+        say("starting the consumer and pool control planes (etcd, apiserver, controller-manager, scheduler)")
+        planes = start_planes(base_dir=work)
+        consumer, pool = planes.consumer, planes.pool
+        handles: list[object] = []
+        try:
+            say(f"planes up in {planes.startup_seconds:.1f}s; starting 2 fake pool workers and the tunnel")
+            cert, key = pool.ca.issue(
+                "system:node:pool-workers", ["system:nodes"], server=True, ips=["127.0.0.1"]
+            )
+            assert key is not None
+            workers = launch_fake_kubelets(pool.admin_kubeconfig, POOL_NODES, cert, key, work / "fakekubelet")
+            handles.append(workers)
+            tunnel = TunnelProxy("127.0.0.1", pool.port)
+            tunnel.start()
+            handles.append(tunnel)
+            bundle = create_bundle(
+                consumer, pool, slug=SLUG, consumer_id=CONSUMER_ID, pool_server_url=tunnel.url
+            )
+            ca_cert, ca_key = pool.ca.write(work / "pool-ca", "pool-ca")
+            consumer_ca_cert, consumer_ca_key = consumer.ca.write(work / "consumer-ca", "consumer-ca")
+            emulator = launch_emulator(
+                consumer_kubeconfig=consumer.admin_kubeconfig, pool_kubeconfig=pool.admin_kubeconfig,
+                consumer_id=CONSUMER_ID, slug=SLUG, pool_ca_cert=ca_cert, pool_ca_key=ca_key,
+                consumer_ca_cert=consumer_ca_cert, consumer_ca_key=consumer_ca_key,
+                workdir=work / "emulator", api_server_url=tunnel.url,
+            )  # fmt: skip
+            handles.append(emulator)
+            say("pool emulator running (Liqo's parts: namespace mapping, ShadowPods, grant, certificates)")
+            vk: VkbridgeProcess | None = None
+            if not args.no_vkbridge:
+                opts = VkbridgeOptions(
+                    home_kubeconfig=consumer.admin_kubeconfig, slug=SLUG, consumer_id=CONSUMER_ID,
+                    secret_name=bundle.secret_name, tenant_ns=bundle.tenant_ns,
+                )  # fmt: skip
+                vk = VkbridgeProcess(opts, work / "vkbridge.log").start()
+                handles.append(vk)
+                say("vkbridge started; waiting for the virtual node to be Ready")
+                wait(lambda: _ready(consumer, SLUG), 90, "the virtual node")
+                say(f"virtual node {SLUG} is Ready; offloading namespace {NAMESPACE}")
+                consumer.api("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+                sa = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"
+                wait(lambda: consumer.api("GET", sa)[0] == 200,
+                     30, "the default service account")  # fmt: skip
+                offload_namespace(consumer, pool, NAMESPACE)
+                say("running GUIDE section 3.8 burst-hello")
+                consumer.api("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", burst_hello(SLUG))
+                wait(lambda: _phase(consumer) in ("Running", "Succeeded"), 90, "burst-hello to run")
+                time.sleep(1.0)
+                logs = consumer.kubectl("-n", NAMESPACE, "logs", "burst-hello", check=False)
+                say("kubectl -n my-team logs burst-hello:")
+                print(
+                    logs.stdout if logs.returncode == 0 else f"(kubectl logs failed: {logs.stderr.strip()})"
+                )
+            print()
+            print("Explore (in another shell):")
+            print(f"  export KUBECONFIG={consumer.admin_kubeconfig}   # the consumer (your cluster)")
+            print(f"  kubectl get nodes -L multicloud.io/pool; kubectl -n {NAMESPACE} get pods -o wide")
+            print(f"  KUBECONFIG={pool.admin_kubeconfig} kubectl get shadowpods,pods -A   # the pool")
+            if vk is not None:
+                print(f"  tail -f {vk.log_path}   # the vkbridge log")
+            print("Ctrl-C stops everything.", flush=True)
+            if not args.exit:
+                while not stop.wait(1.0):
+                    if vk is not None and not vk.alive():
+                        say("vkbridge exited:\n" + vk.tail(40))
+                        return 1
+            return 0
+        finally:
+            say("stopping")
+            for h in reversed(handles):
+                try:
+                    h.stop()  # type: ignore[attr-defined]
+                except Exception as exc:
+                    print(f"stop {h}: {exc}", file=sys.stderr)
+            planes.stop()
+
+
+def _ready(consumer, name: str) -> bool:  # type: ignore[no-untyped-def]
+    status, node = consumer.api("GET", f"/api/v1/nodes/{name}")
+    if status != 200:
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in node["status"].get("conditions") or []
+    )
+
+
+def _phase(consumer) -> str | None:  # type: ignore[no-untyped-def]
+    status, pod = consumer.api("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/burst-hello")
+    return None if status != 200 else (pod.get("status") or {}).get("phase")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Run vkbridge exactly as deployed: a subprocess with Liqo's flags, its log captured to a file.
+
+Used by the integration tests, the resilience scenarios and the README demo.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from e2e.controlplane import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class VkbridgeOptions:
+    home_kubeconfig: Path
+    slug: str
+    consumer_id: str
+    secret_name: str
+    tenant_ns: str
+    node_ip: str = "127.0.0.1"
+    listen_port: int = 0
+    metrics_port: int = 0
+    lease_duration: str = "40s"
+    ping_interval: str = "2s"
+    ping_timeout: str = "1s"
+    status_interval: str = "20s"
+    certificate_type: str = "self-signed"
+    pod_workers: int = 10
+    verbosity: int = 2
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self) -> list[str]:
+        if not self.listen_port:
+            self.listen_port = free_port()
+        if not self.metrics_port:
+            self.metrics_port = free_port()
+        return [
+            f"--home-kubeconfig={self.home_kubeconfig}",
+            f"--foreign-kubeconfig-secret-name={self.secret_name}",
+            f"--nodename={self.slug}",
+            f"--tenant-namespace={self.tenant_ns}",
+            "--liqo-namespace=liqo",
+            f"--home-cluster-id={self.consumer_id}",
+            f"--foreign-cluster-id={self.slug}",
+            f"--node-ip={self.node_ip}",
+            f"--listen-port={self.listen_port}",
+            f"--certificate-type={self.certificate_type}",
+            "--metrics-enabled=true",
+            f"--metrics-address=127.0.0.1:{self.metrics_port}",
+            f"--node-lease-duration={self.lease_duration}",
+            f"--node-ping-interval={self.ping_interval}",
+            f"--node-ping-timeout={self.ping_timeout}",
+            f"--node-status-interval={self.status_interval}",
+            "--node-check-network=false",
+            "--create-node=true",
+            f"--pod-reflection-workers={self.pod_workers}",
+            f"--klog.v={self.verbosity}",
+            *self.extra_args,
+        ]
+
+
+class VkbridgeProcess:
+    """One vkbridge subprocess; `stop()` sends SIGTERM (as Kubernetes does), `kill()` SIGKILL."""
+
+    def __init__(self, opts: VkbridgeOptions, log_path: Path) -> None:
+        self.opts = opts
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.exit_code: int | None = None
+
+    def start(self) -> VkbridgeProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "POD_NAME": f"vk-{self.opts.slug}-0", "POD_NAMESPACE": self.opts.tenant_ns}
+        env.update(self.opts.env)
+        with open(self.log_path, "ab") as out:
+            out.write(f"---- start {time.strftime('%H:%M:%S')} ----\n".encode())
+            out.flush()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "vkbridge", *self.opts.argv()],
+                stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True,
+            )  # fmt: skip
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        if self.proc is None:
+            return self.exit_code
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.exit_code = self.proc.returncode
+        return self.exit_code
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def wait_for_log(self, pattern: str, timeout: float = 30.0, start: int = 0) -> re.Match[str]:
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while True:
+            m = rx.search(self.log_text(), start)
+            if m:
+                return m
+            if not self.alive():
+                raise RuntimeError(f"vkbridge exited ({self.proc and self.proc.returncode}):\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no log line matching {pattern!r} after {timeout:.0f}s:\n{self.tail()}")
+            time.sleep(0.1)
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+    def rss_bytes(self) -> int:
+        try:
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+        return 0
