@@ -79,6 +79,7 @@ def emulator(
     pool_workdir: Path,
 ) -> Iterator[EmulatorHandle]:
     """The Liqo parts around vkbridge for the session's peering."""
+    consumer_ca = consumer.ca.write(pool_workdir / "pki", "consumer-ca")  # for the consumer pod webhook
     handle = launch_emulator(
         consumer_kubeconfig=consumer.admin_kubeconfig,
         pool_kubeconfig=pool.admin_kubeconfig,
@@ -86,6 +87,8 @@ def emulator(
         slug=bundle.slug,
         pool_ca_cert=pool_ca_files[0],
         pool_ca_key=pool_ca_files[1],
+        consumer_ca_cert=consumer_ca[0],
+        consumer_ca_key=consumer_ca[1],
         workdir=pool_workdir / "emulator",
         api_server_url=tunnel.url,
     )

@@ -27,6 +27,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slug", required=True, help="pool slug = provider cluster id, e.g. c0123456789ab")
     p.add_argument("--pool-ca-cert", required=True, type=Path, help="the pool API server's client CA")
     p.add_argument("--pool-ca-key", required=True, type=Path)
+    p.add_argument("--consumer-ca-cert", type=Path, help="the consumer plane's CA (pod webhook serving cert)")
+    p.add_argument("--consumer-ca-key", type=Path)
     p.add_argument("--no-propagate-kubeconfig", action="store_true", help="do not update the consumer Secret")
     p.add_argument("--cert-lifetime", default="365d", help="lifetime of signed certificates (365d, 3m, 90s)")
     p.add_argument("--webhook-port", type=int, default=0, help="quota webhook port on 127.0.0.1 (0: any)")
@@ -35,7 +37,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ready-file", type=Path, help="written (JSON) once the emulator is ready")
     p.add_argument("--parent-pid", type=int, default=0, help="exit when this process is gone (test runs)")
     p.add_argument("-v", "--verbose", action="store_true")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if (args.consumer_ca_cert is None) != (args.consumer_ca_key is None):
+        p.error("--consumer-ca-cert and --consumer-ca-key go together")
+    if "podwebhook" in {c.strip() for c in args.controllers.split(",")} and args.consumer_ca_cert is None:
+        p.error("the podwebhook controller needs --consumer-ca-cert and --consumer-ca-key")
+    return args
 
 
 def _write_ready(path: Path, info: dict[str, Any]) -> None:
@@ -58,6 +65,11 @@ async def amain(args: argparse.Namespace) -> None:
         consumer=Kube.from_kubeconfig(args.consumer_kubeconfig, name="consumer"),
         pool=Kube.from_kubeconfig(args.pool_kubeconfig, name="pool"),
         signer=Signer.from_pem(args.pool_ca_cert.read_bytes(), args.pool_ca_key.read_bytes()),
+        consumer_signer=(
+            Signer.from_pem(args.consumer_ca_cert.read_bytes(), args.consumer_ca_key.read_bytes())
+            if args.consumer_ca_cert
+            else None
+        ),
     )
     main: Any = asyncio.current_task()
     assert main is not None

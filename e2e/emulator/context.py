@@ -41,6 +41,8 @@ class Env:
     consumer: Kube
     pool: Kube
     signer: Signer
+    # The consumer plane's CA: signs the serving certificate of the consumer pod webhook.
+    consumer_signer: Signer | None = None
     _informers: dict[tuple[str, str, str | None], Informer] = field(default_factory=dict)
 
     def informer(self, kube: Kube, path: str, *, label_selector: str | None = None) -> Informer:

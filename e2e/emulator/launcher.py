@@ -34,6 +34,10 @@ class EmulatorHandle:
     def webhook_port(self) -> int:
         return int(self.info.get("webhook_port", 0))
 
+    @property
+    def pod_webhook_port(self) -> int:
+        return int(self.info.get("pod_webhook_port", 0))
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -102,6 +106,8 @@ def launch_emulator(
     pool_ca_cert: Path,
     pool_ca_key: Path,
     workdir: Path,
+    consumer_ca_cert: Path | None = None,
+    consumer_ca_key: Path | None = None,
     propagate_kubeconfig: bool = True,
     cert_lifetime: str = "365d",
     webhook_port: int = 0,
@@ -127,6 +133,8 @@ def launch_emulator(
         f"--ready-file={workdir / f'emulator-{slug}.ready'}",
         f"--parent-pid={os.getpid()}",
     ]
+    if consumer_ca_cert is not None and consumer_ca_key is not None:
+        argv += [f"--consumer-ca-cert={consumer_ca_cert}", f"--consumer-ca-key={consumer_ca_key}"]
     if not propagate_kubeconfig:
         argv.append("--no-propagate-kubeconfig")
     if api_server_url:

@@ -1,7 +1,8 @@
 """The pool emulator and the bundle, on the two real control planes (no vkbridge involved).
 
 These pin the Liqo behaviour vkbridge relies on: offloading -> remote namespace, ShadowPod -> owned Pod,
-credentials through the tunnel, the quota webhook, Renew signing, and re-signing at 2/3 of the lifetime.
+credentials through the tunnel, the quota webhook, the consumer pod webhook, Renew signing, and re-signing
+at 2/3 of the lifetime.
 """
 
 from __future__ import annotations
@@ -40,8 +41,16 @@ from e2e.emulator import EmulatorHandle, identity_cn, launch_emulator
 from e2e.emulator import names as n
 from e2e.emulator.certs import renewal_due_at
 from e2e.emulator.kube import ApiError, Credentials, Kube, api_path
+from e2e.emulator.pod_webhook import (
+    CONFIG_NAME,
+    SCHEDULING_LABEL,
+    MutationError,
+    json_patch,
+    mutate,
+    schedules_remotely,
+)
 from e2e.emulator.quota_webhook import check, pod_cost
-from e2e.fixtures_pool import offload_namespace_async
+from e2e.fixtures_pool import namespace_offloading, offload_namespace_async
 from e2e.tunnel import TunnelProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -160,6 +169,109 @@ def test_identity_cn_and_quota_messages_follow_liqo() -> None:
         check({"nvidia.com/gpu": Fraction(1)}, grant, {})
         == "nvidia.com/gpu quota limit not found for this peering"
     )
+
+
+LIQO_TOLERATION = {"key": "virtual-node.liqo.io/not-allowed", "operator": "Exists", "effect": "NoExecute"}
+POOL_TOLERATION = {
+    "key": "multicloud.io/pool",
+    "operator": "Equal",
+    "value": "c0123456789ab",
+    "effect": "NoSchedule",
+}
+IS_VIRTUAL = {"key": "liqo.io/type", "operator": "In", "values": ["virtual-node"]}
+NOT_VIRTUAL = {"key": "liqo.io/type", "operator": "NotIn", "values": ["virtual-node"]}
+
+
+def _nso(strategy: str, *terms: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"podOffloadingStrategy": strategy}
+    if terms:
+        spec["clusterSelector"] = {"nodeSelectorTerms": list(terms)}
+    return {"metadata": {"name": "offloading", "namespace": "ns"}, "spec": spec}
+
+
+def test_pod_mutations_follow_liqo() -> None:
+    """pkg/webhooks/pod/mutations.go of Liqo v1.2, case by case."""
+    guide = namespace_offloading("ns")  # GUIDE §3.7: LocalAndRemote with the virtual-node selector
+    pod = {
+        "spec": {"tolerations": [POOL_TOLERATION], "nodeSelector": {"multicloud.io/pool": "c0123456789ab"}}
+    }
+    assert mutate(guide, pod) == {
+        "tolerations": [POOL_TOLERATION, LIQO_TOLERATION],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [IS_VIRTUAL]},
+                        {"matchExpressions": [NOT_VIRTUAL]},
+                    ]
+                }
+            }
+        },
+    }
+    assert pod["spec"]["tolerations"] == [POOL_TOLERATION], "the input is not modified"
+    # LocalAndRemote without a selector: the toleration only; a pod already tolerating: no duplicate.
+    assert mutate(_nso("LocalAndRemote"), {"spec": {}}) == {"tolerations": [LIQO_TOLERATION]}
+    assert mutate(_nso("LocalAndRemote"), {"spec": {"tolerations": [dict(LIQO_TOLERATION)]}}) == {}
+    # Remote without a selector: one term requiring a virtual node.
+    assert mutate(_nso("Remote"), {"spec": {}})["affinity"] == {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [IS_VIRTUAL]}]
+            }
+        }
+    }
+    # Remote with a selector, pod with its own required terms: (X||Y) && (S+In), matchFields dropped,
+    # preferred terms and pod affinity kept.
+    sel = {"key": "topology.kubernetes.io/region", "operator": "In", "values": ["eu"]}
+    x = {"key": "disk", "operator": "Exists"}
+    y = {"key": "gpu", "operator": "DoesNotExist"}
+    preferred = [{"weight": 1, "preference": {"matchExpressions": [x]}}]
+    own = {
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "zone"}]},
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [x],
+                        "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a"]}],
+                    },
+                    {"matchExpressions": [y]},
+                ]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": preferred,
+        },
+    }
+    got = mutate(_nso("Remote", {"matchExpressions": [sel]}), {"spec": {"affinity": own}})["affinity"]
+    assert got["podAffinity"] == own["podAffinity"]
+    assert got["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == preferred
+    assert got["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [x, sel, IS_VIRTUAL]},
+            {"matchExpressions": [y, sel, IS_VIRTUAL]},
+        ]
+    }
+    # An empty required selector is replaced, not merged (it would select nothing).
+    empty: dict[str, Any] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
+    }
+    assert mutate(guide, {"spec": {"affinity": empty}})["affinity"]["nodeAffinity"] == {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [IS_VIRTUAL]}, {"matchExpressions": [NOT_VIRTUAL]}]
+        }
+    }
+    # The Liqo runtime class and the Local strategy leave the pod alone; an unknown strategy is an error.
+    assert mutate(_nso("Remote"), {"spec": {"runtimeClassName": "liqo"}}) == {}
+    assert mutate(_nso("Local", {"matchExpressions": [sel]}), {"spec": {}}) == {}
+    with pytest.raises(MutationError):
+        mutate(_nso("Everywhere"), {"spec": {}})
+    assert json_patch({"tolerations": [LIQO_TOLERATION]}) == [
+        {"op": "add", "path": "/spec/tolerations", "value": [LIQO_TOLERATION]}
+    ]
+    # Which namespaces Liqo labels liqo.io/scheduling-enabled=true (the webhook's namespaceSelector).
+    assert schedules_remotely(guide) and schedules_remotely(_nso("Remote"))
+    assert not schedules_remotely(_nso("Local")) and not schedules_remotely(None)
+    deleting = {**guide, "metadata": {"name": "offloading", "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    assert not schedules_remotely(deleting)
 
 
 # ---- (a)(b)(c) offloading --------------------------------------------------------------------------
@@ -418,6 +530,114 @@ async def test_quota_webhook_denies_over_grant_and_frees_terminal_pods(
     # Give the grant back now rather than when the namespace goes (later tests share it).
     for name in ("second", "first"):
         await tenant.delete(f"{coll}/{name}")
+
+
+# ---- consumer pod webhook ---------------------------------------------------------------------------
+
+
+def burst_pod(slug: str) -> dict[str, Any]:
+    """GUIDE §3.8 (no Liqo toleration: the consumer pod webhook adds it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "burst-hello-"},
+        "spec": {
+            "tolerations": [
+                {"key": "multicloud.io/pool", "operator": "Equal", "value": slug, "effect": "NoSchedule"}
+            ],
+            "nodeSelector": {"multicloud.io/pool": slug},
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "hello",
+                    "image": "busybox:1.36",
+                    "command": ["sh", "-c", "echo hello from the pool; uname -n; sleep 30"],
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                }
+            ],
+        },
+    }
+
+
+def liqo_tolerations(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [t for t in pod["spec"].get("tolerations") or [] if t.get("key") == LIQO_TOLERATION["key"]]
+
+
+async def _labelled(ck: Kube, ns: str, want: bool = True) -> bool:
+    got = await ck.get(api_path("v1", "namespaces", name=ns))
+    return ((got["metadata"].get("labels") or {}).get(SCHEDULING_LABEL) == "true") == want
+
+
+async def test_pod_webhook_tolerates_virtual_node_in_offloaded_namespaces_only(
+    emulator: EmulatorHandle, bundle: Bundle, consumer: ControlPlane, ck: Kube, pk: Kube, fresh_ns: Any
+) -> None:
+    ns, _ = await offloaded(ck, pk, fresh_ns, consumer)
+    plain = await asyncio.to_thread(fresh_ns, consumer)
+    await eventually(lambda: _labelled(ck, ns), f"{SCHEDULING_LABEL} on the offloaded namespace", timeout=10)
+
+    pod = await ck.create(api_path("v1", "pods", ns), burst_pod(bundle.slug))
+    assert liqo_tolerations(pod) == [LIQO_TOLERATION]
+    assert {**POOL_TOLERATION, "value": bundle.slug} in pod["spec"]["tolerations"]
+    assert pod["spec"]["nodeSelector"] == {"multicloud.io/pool": bundle.slug}
+    # GUIDE §3.7 selector with LocalAndRemote: "a virtual node, or any other node".
+    assert pod["spec"]["affinity"] == {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [IS_VIRTUAL]}, {"matchExpressions": [NOT_VIRTUAL]}]
+            }
+        }
+    }
+    already = burst_pod(bundle.slug)
+    already["spec"]["tolerations"].append(dict(LIQO_TOLERATION))
+    pod = await ck.create(api_path("v1", "pods", ns), already)
+    assert liqo_tolerations(pod) == [LIQO_TOLERATION], "no duplicate"
+
+    pod = await ck.create(api_path("v1", "pods", plain), burst_pod(bundle.slug))
+    assert liqo_tolerations(pod) == [] and "affinity" not in pod["spec"]
+    assert await _labelled(ck, plain, want=False)
+
+    # No NamespaceOffloading any more: the label goes and pods are left alone again.
+    await ck.delete(api_path(n.OFFLOADING, n.NAMESPACEOFFLOADINGS, ns, n.OFFLOADING_NAME))
+    await eventually(lambda: _labelled(ck, ns, want=False), f"{SCHEDULING_LABEL} removed", timeout=10)
+    pod = await ck.create(api_path("v1", "pods", ns), burst_pod(bundle.slug))
+    assert liqo_tolerations(pod) == [] and "affinity" not in pod["spec"]
+
+
+async def test_pod_webhook_is_unregistered_on_stop_and_ignored_when_dead(
+    emulator: EmulatorHandle, bundle: Bundle, consumer: ControlPlane, ck: Kube, pk: Kube, fresh_ns: Any
+) -> None:
+    ns, _ = await offloaded(ck, pk, fresh_ns, consumer)
+    await eventually(lambda: _labelled(ck, ns), f"{SCHEDULING_LABEL} on the offloaded namespace", timeout=10)
+    pods = api_path("v1", "pods", ns)
+    mwc_path = api_path(n.ADMISSIONREG, "mutatingwebhookconfigurations", name=CONFIG_NAME)
+    mwc = await ck.get(mwc_path)
+    [hook] = mwc["webhooks"]
+    assert hook["name"] == "pod.mutate.liqo.io"
+    assert hook["clientConfig"]["url"] == f"https://127.0.0.1:{emulator.pod_webhook_port}/mutate/pod"
+    assert base64.b64decode(hook["clientConfig"]["caBundle"]) == consumer.ca_pem
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["namespaceSelector"] == {"matchLabels": {SCHEDULING_LABEL: "true"}}
+    assert [(r["operations"], r["resources"]) for r in hook["rules"]] == [(["CREATE"], ["pods"])]
+
+    await asyncio.to_thread(emulator.stop)
+    try:
+        assert await ck.get_or_none(mwc_path) is None, "SIGTERM unregisters the pod webhook"
+        await asyncio.to_thread(emulator.start)
+        mwc = await ck.get(mwc_path)
+        assert mwc["webhooks"][0]["clientConfig"]["url"].endswith(f":{emulator.pod_webhook_port}/mutate/pod")
+        # Killed, the registration stays behind; failurePolicy Ignore still admits pods, unmutated.
+        await asyncio.to_thread(emulator.kill)
+        assert await ck.get_or_none(mwc_path) is not None
+        pod = await ck.create(pods, burst_pod(bundle.slug))
+        assert liqo_tolerations(pod) == []
+    finally:
+        if not emulator.alive():
+            await asyncio.to_thread(emulator.start)
+
+    async def mutated() -> bool:
+        return liqo_tolerations(await ck.create(pods, burst_pod(bundle.slug))) == [LIQO_TOLERATION]
+
+    await eventually(mutated, "pods mutated again once the emulator is back", timeout=15)
 
 
 # ---- (f) Renew -------------------------------------------------------------------------------------

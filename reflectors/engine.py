@@ -1,0 +1,283 @@
+"""The reflection engine: which namespaces are reflected, and routing every pod key to its reflector.
+
+Namespace pairs come from `NamespaceMap.status.currentMapping` (phase Accepted) in the tenant
+namespace. A pod whose namespace is paired goes to the pod reflector, once the pair's caches have
+synced (never to the fallback while reflection is merely starting: liqo#2748); a pod whose namespace
+is not offloaded at all goes to the fallback. While the pool is away, keys that need it are parked
+(not retried); when it returns, every pod is re-queued at once with its backoff reset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from reflectors.context import ReflectionContext
+from reflectors.fallback import FallbackReflector
+from reflectors.forge import constants as c
+from reflectors.forge import pods as fp
+from reflectors.pairs import NamespacePair, new_pair, remote_selector
+from reflectors.pods import PodReflector, PoolUnavailable
+from vkbridge.grant import Admission, Grant
+from vkbridge.kube.cache import Cache, object_key
+from vkbridge.kube.client import NAMESPACEMAPS, PODS
+from vkbridge.kube.reachability import PoolState
+from vkbridge.kube.workqueue import RequeueAfter, WorkQueue, run_workers
+from vkbridge.logs import get_logger
+
+log = get_logger("reflectors.engine")
+
+
+def accepted_pairs(namespace_maps: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """local namespace -> remote namespace, for every mapping the pool Accepted."""
+    out: dict[str, str] = {}
+    for nm in namespace_maps:
+        current = (nm.get("status") or {}).get("currentMapping") or {}
+        for local, entry in current.items():
+            if (
+                isinstance(entry, Mapping)
+                and entry.get("phase") == "Accepted"
+                and entry.get("remoteNamespace")
+            ):
+                out[str(local)] = str(entry["remoteNamespace"])
+    return out
+
+
+def requested_namespaces(namespace_maps: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Namespaces someone asked to offload (desired) or the pool knows of (any phase)."""
+    out: set[str] = set()
+    for nm in namespace_maps:
+        out.update(((nm.get("spec") or {}).get("desiredMapping") or {}).keys())
+        out.update(((nm.get("status") or {}).get("currentMapping") or {}).keys())
+    return out
+
+
+class ReflectionEngine:
+    def __init__(
+        self,
+        ctx: ReflectionContext,
+        admission: Admission,
+        *,
+        pod_workers: int = 10,
+        inactivity_timeout: float = 60.0,
+    ) -> None:
+        self.ctx = ctx
+        self.admission = admission
+        self.pod_workers = max(1, pod_workers)
+        self.inactivity_timeout = inactivity_timeout
+        self.local_pods = Cache(
+            ctx.home,
+            PODS,
+            field_selector=f"spec.nodeName={ctx.node_name}",
+            name="consumer/pods",
+            inactivity_timeout=inactivity_timeout,
+        )
+        self.namespace_maps = Cache(
+            ctx.home,
+            NAMESPACEMAPS,
+            ctx.tenant_namespace,
+            label_selector=f"{c.REMOTE_CLUSTER_ID_LABEL}={ctx.remote_cluster_id}",
+            name="consumer/namespacemaps",
+            inactivity_timeout=inactivity_timeout,
+        )
+        self.queue: WorkQueue[str] = WorkQueue("pods")
+        self.pairs: dict[str, NamespacePair] = {}
+        self.parked: set[str] = set()
+        self.waiting: dict[str, str] = {}  # keys waiting for the grant -> creationTimestamp (oldest first)
+        self.pods = PodReflector(ctx, self.local_pods, admission, self._on_grant_wait, self._on_release)
+        self.fallback = FallbackReflector(ctx)
+        self._selector = remote_selector(ctx.node_name, ctx.local_cluster_id, ctx.remote_cluster_id)
+        self._tg: asyncio.TaskGroup | None = None
+        self._pairs_dirty = asyncio.Event()
+        self._requeue_waiting_pending = False
+        self.local_pods.subscribe(self._on_local)
+        self.namespace_maps.subscribe(lambda *_: self._pairs_dirty.set())
+        ctx.reach.subscribe(self._on_pool)
+
+    # ------------------------------------------------------------------------------------------ run
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            self._tg = tg
+            tg.create_task(self.local_pods.run(), name="cache-local-pods")
+            tg.create_task(self.namespace_maps.run(), name="cache-namespacemaps")
+            await self.namespace_maps.wait_synced()
+            await self.local_pods.wait_synced()
+            log.info(
+                "consumer caches synced",
+                pods=len(self.local_pods),
+                namespace_maps=len(self.namespace_maps),
+            )
+            self._sync_pairs()
+            tg.create_task(self._pairs_loop(), name="namespace-pairs")
+            tg.create_task(
+                run_workers(self.queue, self._handle, self.pod_workers, "pods", on_result=self._on_result),
+                name="pod-workers",
+            )
+            tg.create_task(self._gauges_loop(), name="reflection-gauges")
+            for key in self.local_pods.keys():
+                self.queue.add(key)
+
+    def stop(self) -> None:
+        self.queue.shutdown()
+
+    # ------------------------------------------------------------------------------------------ pairs
+
+    async def _pairs_loop(self) -> None:
+        while True:
+            await self._pairs_dirty.wait()
+            self._pairs_dirty.clear()
+            self._sync_pairs()
+
+    def _sync_pairs(self) -> None:
+        maps = self.namespace_maps.list()
+        desired = accepted_pairs(maps)
+        for local in list(self.pairs):
+            pair = self.pairs[local]
+            if desired.get(local) != pair.remote:
+                self._stop_pair(self.pairs.pop(local))
+        for local, remote in desired.items():
+            if local not in self.pairs:
+                self._start_pair(local, remote)
+
+    def _start_pair(self, local: str, remote: str) -> None:
+        assert self._tg is not None
+        pair = new_pair(self.ctx.pool, local, remote, self._selector, self.queue.add, self.inactivity_timeout)
+        pair.shadows.subscribe(lambda _t, _o, new: self._account(pair, new))
+        for cache in pair.caches():
+            pair.tasks.append(self._tg.create_task(cache.run(), name=f"cache-{cache.name}"))
+        pair.tasks.append(self._tg.create_task(self._when_synced(pair), name=f"pair-sync-{local}"))
+        self.pairs[local] = pair
+        log.info("reflection starting", namespace=local, remote=remote)
+
+    def _stop_pair(self, pair: NamespacePair) -> None:
+        for task in pair.tasks:
+            task.cancel()
+        log.info("reflection stopped", namespace=pair.local, remote=pair.remote)
+        self._requeue_namespace(pair.local)
+
+    async def _when_synced(self, pair: NamespacePair) -> None:
+        await pair.shadows.wait_synced()
+        await pair.remote_pods.wait_synced()
+        log.info(
+            "reflection started",
+            namespace=pair.local,
+            remote=pair.remote,
+            shadowpods=len(pair.shadows),
+            remote_pods=len(pair.remote_pods),
+        )
+        self._requeue_namespace(pair.local)
+        if self.all_pairs_synced():
+            self._requeue_waiting()
+
+    def all_pairs_synced(self) -> bool:
+        return all(p.synced for p in self.pairs.values())
+
+    def _account(self, pair: NamespacePair, shadow: Mapping[str, Any] | None) -> None:
+        """Existing ShadowPods count against the grant from the moment we see them (restart safety)."""
+        if shadow is None or fp.phase_of(shadow) in ("Succeeded", "Failed") or fp.is_terminating(shadow):
+            return
+        key = f"{pair.local}/{fp.name_of(shadow)}"
+        local = self.local_pods.get(key)
+        if local is None or fp.is_terminal(local):
+            return
+        self.pods.charge_existing(key, shadow)
+
+    # ------------------------------------------------------------------------------------------ routing
+
+    async def _handle(self, key: str) -> RequeueAfter | None:
+        ns = key.split("/", 1)[0]
+        pair = self.pairs.get(ns)
+        try:
+            if pair is None:
+                if ns in requested_namespaces(self.namespace_maps.list()):
+                    return None  # offloading requested, mapping not Accepted (yet): wait, never abort
+                await self.fallback.handle(key, self.local_pods.get(key))
+                return None
+            if not pair.synced:
+                if not self.ctx.reach.connected:
+                    self.parked.add(key)
+                return None  # queued again by _when_synced
+            if self.local_pods.get(key) is not None and not self.all_pairs_synced():
+                return RequeueAfter(1.0)  # admission needs every pair's ShadowPods counted first
+            return await self.pods.handle(key, pair)
+        except PoolUnavailable:
+            self.parked.add(key)
+            return None
+
+    def _on_local(self, _type: str, old: Any, new: Any) -> None:
+        obj = new if new is not None else old
+        if obj is not None:
+            self.queue.add(object_key(obj))
+
+    def _on_pool(self, old: PoolState, new: PoolState) -> None:
+        if new is not PoolState.CONNECTED or old is PoolState.UNKNOWN:
+            return
+        parked = len(self.parked)
+        self.parked.clear()
+        self.queue.reset_backoff()
+        for key in self.local_pods.keys():
+            self.queue.add(key)
+        log.info("pool back: re-syncing every pod", pods=len(self.local_pods), parked=parked)
+
+    def _requeue_namespace(self, namespace: str) -> None:
+        prefix = namespace + "/"
+        for key in self.local_pods.keys():
+            if key.startswith(prefix):
+                self.queue.add(key)
+
+    # ------------------------------------------------------------------------------------------ grant
+
+    def set_grant(self, grant: Mapping[str, str]) -> None:
+        try:
+            new = Grant.from_resource_list(grant)
+        except ValueError as err:
+            log.error("grant unreadable: keeping the previous one", error=str(err)[:200])
+            return
+        if dict(new.resources) == dict(self.admission.grant.resources):
+            return
+        self.admission.set_grant(new)
+        log.info("grant changed", grant=",".join(f"{k}={v}" for k, v in sorted(grant.items())))
+        self._requeue_waiting()
+
+    def _on_grant_wait(self, key: str, created: str) -> None:
+        self.waiting[key] = created
+
+    def _on_release(self, key: str) -> None:
+        self.waiting.pop(key, None)
+        if self.waiting and not self._requeue_waiting_pending:
+            self._requeue_waiting_pending = True
+            asyncio.get_running_loop().call_soon(self._requeue_waiting)
+
+    def _requeue_waiting(self) -> None:
+        """Pods waiting for the grant get another chance, oldest first."""
+        self._requeue_waiting_pending = False
+        for key, _created in sorted(self.waiting.items(), key=lambda kv: (kv[1], kv[0])):
+            if self.local_pods.get(key) is None:
+                self.waiting.pop(key, None)
+                continue
+            self.queue.add(key)
+
+    # ------------------------------------------------------------------------------------------ metrics
+
+    def _on_result(self, key: str, ok: bool, _duration: float) -> None:
+        labels = self.ctx.metric_labels(key.split("/", 1)[0], c.REFLECTOR_POD)
+        if ok:
+            self.ctx.metrics.reflection_items.labels(**labels).inc()
+        else:
+            self.ctx.metrics.reflection_errors.labels(**labels).inc()
+            self.ctx.metrics.queue_retries.labels(queue="pods").inc()
+
+    async def _gauges_loop(self) -> None:
+        m = self.ctx.metrics
+        while True:
+            m.queue_depth.labels(queue="pods").set(len(self.queue))
+            m.pods_waiting_for_grant.set(len(self.waiting))
+            m.reflected_pods.set(sum(len(p.shadows) for p in self.pairs.values()))
+            for resource, value in self.admission.grant.resources.items():
+                m.grant.labels(resource=resource).set(float(value))
+            used = self.admission.used()
+            for resource in set(used) | set(self.admission.grant.resources):
+                m.grant_used.labels(resource=resource).set(float(used.get(resource, 0)))
+            await asyncio.sleep(5.0)

@@ -1,0 +1,81 @@
+"""pytest plugin: vkbridge running as deployed against the session's planes, pool emulator and bundle."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.bundle import Bundle
+from e2e.controlplane import ControlPlane
+from e2e.emulator import EmulatorHandle
+from e2e.fixtures_pool import offload_namespace
+from e2e.vkbridge_proc import VkbridgeOptions, VkbridgeProcess
+
+
+def node_ready(consumer: ControlPlane, name: str) -> str | None:
+    status, node = consumer.api("GET", f"/api/v1/nodes/{name}")
+    if status != 200:
+        return None
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return str(cond.get("status"))
+    return None
+
+
+def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def vkbridge_options(consumer: ControlPlane, bundle: Bundle, **kw: Any) -> VkbridgeOptions:
+    return VkbridgeOptions(
+        home_kubeconfig=consumer.admin_kubeconfig,
+        slug=bundle.slug,
+        consumer_id=bundle.consumer_id,
+        secret_name=bundle.secret_name,
+        tenant_ns=bundle.tenant_ns,
+        **kw,
+    )
+
+
+@pytest.fixture(scope="session")
+def vkbridge(
+    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, emulator: EmulatorHandle,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[VkbridgeProcess]:  # fmt: skip
+    """The session's vkbridge, Ready before any test uses it; stopped (SIGTERM) at the end."""
+    log_path = tmp_path_factory.mktemp("vkbridge") / "vkbridge.log"
+    proc = VkbridgeProcess(vkbridge_options(consumer, bundle), log_path).start()
+    try:
+        wait_until(lambda: node_ready(consumer, bundle.slug) == "True", 60, "the virtual node to be Ready")
+    except TimeoutError:
+        print(proc.tail(80))
+        proc.stop()
+        raise
+    yield proc
+    code = proc.stop()
+    print(f"\nvkbridge log: {log_path} (exit {code})")
+
+
+@pytest.fixture
+def offloaded_ns(
+    consumer: ControlPlane, pool: ControlPlane, vkbridge: VkbridgeProcess, fresh_ns: Any
+) -> tuple[str, str]:
+    """A fresh consumer namespace, offloaded; returns (local, remote)."""
+    local = fresh_ns(consumer)
+    remote = offload_namespace(consumer, pool, local)
+    return local, remote
+
+
+def log_dir(request: pytest.FixtureRequest) -> Path:
+    return Path(str(request.config.rootpath)) / ".pytest-logs"

@@ -1,0 +1,263 @@
+"""Wiring: clients, caches, the node, the reflection engine, credentials and servers in one TaskGroup.
+
+Start-up order matters only where a later part needs an earlier answer: the consumer API (for our
+identity and the kubeconfig Secret), then the pool credential; everything else runs concurrently and
+copes with the other side being unavailable. SIGTERM stops every task within seconds and leaves the
+Node in place (a restart must not make the customer's pods look lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from reflectors.context import ReflectionContext
+from reflectors.engine import ReflectionEngine
+from reflectors.forge import constants as c
+from vkbridge.credentials.remote import RemoteCredentialWatcher, credentials_from_secret, describe
+from vkbridge.grant import Admission, Grant
+from vkbridge.kube.cache import Cache
+from vkbridge.kube.client import (
+    EVENTS,
+    NODES,
+    RESOURCESLICES,
+    SECRETS,
+    VIRTUALNODES,
+    ApiError,
+    KubeClient,
+)
+from vkbridge.kube.events import EventRecorder
+from vkbridge.kube.kubeconfig import KubeconfigError, in_cluster_credentials, load_kubeconfig_file
+from vkbridge.kube.reachability import Reachability
+from vkbridge.logs import get_logger
+from vkbridge.metrics import Metrics
+from vkbridge.node.controller import NodeController, grant_of
+from vkbridge.node.lease import LeaseHeartbeat
+from vkbridge.node.model import NodeInputs
+from vkbridge.node.pinger import KubePing, Pinger
+from vkbridge.settings import Settings
+
+log = get_logger("vkbridge.app")
+
+SHUTDOWN_GRACE_SECONDS = 4.0
+
+
+class StartupError(Exception):
+    """A problem an operator must fix before vkbridge can start; the message says how."""
+
+
+class HomeEventWriter:
+    """`EventWriter` over the consumer client (events go to the involved object's namespace)."""
+
+    def __init__(self, home: KubeClient) -> None:
+        self._home = home
+
+    async def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._home.create(EVENTS, body, namespace)
+
+    async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> object:
+        return await self._home.patch(EVENTS, name, patch, namespace)
+
+
+def home_credentials(settings: Settings) -> Any:
+    if settings.home_kubeconfig:
+        return load_kubeconfig_file(settings.home_kubeconfig)
+    return in_cluster_credentials()
+
+
+class VirtualKubelet:
+    """The whole process, as an object tests can run in-process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.reach = Reachability()
+        self.home: KubeClient | None = None
+        self.pool: KubeClient | None = None
+        self.engine: ReflectionEngine | None = None
+        self.node: NodeController | None = None
+        self.ready = asyncio.Event()
+
+    async def _connect(self) -> tuple[KubeClient, KubeClient, str]:
+        s = self.settings
+        try:
+            home = KubeClient(
+                home_credentials(s), qps=s.client_qps, burst=s.client_max_burst,
+                timeout=s.client_timeout or None, name="consumer",
+            )  # fmt: skip
+        except KubeconfigError as err:
+            raise StartupError(f"cannot use the consumer kubeconfig: {err}") from None
+        version = await home.request("GET", "/version")
+        secret_where = f"{s.tenant_namespace}/{s.foreign_kubeconfig_secret_name}"
+        try:
+            secret = await home.get(SECRETS, s.foreign_kubeconfig_secret_name, s.tenant_namespace)
+        except ApiError as err:
+            if err.not_found:
+                secret = None
+            else:
+                raise StartupError(f"cannot read the pool kubeconfig Secret {secret_where}: {err}") from None
+        try:
+            pool_creds = credentials_from_secret(secret, secret_where)
+        except KubeconfigError as err:
+            raise StartupError(f"cannot use the pool kubeconfig: {err}") from None
+        pool = KubeClient(
+            pool_creds, qps=s.client_qps, burst=s.client_max_burst,
+            timeout=s.client_timeout or None, name="pool",
+        )  # fmt: skip
+        log.info("pool credential loaded", server=pool_creds.server, **describe(pool_creds))
+        return home, pool, str(version.get("gitVersion") or "v1.36.0")
+
+    async def run(self) -> None:
+        s = self.settings
+        home, pool, kubelet_version = await self._connect()
+        self.home, self.pool = home, pool
+        node_name, vn_name = s.nodename, s.virtual_node_name or s.nodename
+        tenant = s.tenant_namespace
+        recorder = EventRecorder(HomeEventWriter(home), c.event_component(c.REFLECTOR_POD), host=node_name)
+
+        node_cache = Cache(home, NODES, field_selector=f"metadata.name={node_name}", name="consumer/node")
+        vn_cache = Cache(
+            home, VIRTUALNODES, tenant, field_selector=f"metadata.name={vn_name}", name="consumer/vn"
+        )
+        rs_cache = Cache(
+            home, RESOURCESLICES, tenant, field_selector=f"metadata.name={vn_name}", name="consumer/rs"
+        )
+        secret_cache = Cache(
+            home, SECRETS, tenant, field_selector=f"metadata.name={s.foreign_kubeconfig_secret_name}",
+            name="consumer/kubeconfig-secret",
+        )  # fmt: skip
+        vn_key = f"{tenant}/{vn_name}"
+
+        def base_inputs() -> NodeInputs:
+            return NodeInputs(
+                node_name=node_name,
+                remote_cluster_id=s.foreign_cluster_id,
+                node_ip=s.node_ip,
+                listen_port=s.listen_port,
+                kubelet_version=kubelet_version,
+                extra_labels=s.node_extra_labels,
+                extra_annotations=s.node_extra_annotations,
+            )
+
+        node = NodeController(
+            home, self.reach, node_cache=node_cache, virtual_node_cache=vn_cache,
+            resource_slice_cache=rs_cache, base_inputs=base_inputs, virtual_node_key=vn_key,
+            status_interval=s.node_status_interval,
+        )  # fmt: skip
+        self.node = node
+        lease = LeaseHeartbeat(
+            home, node_name, self.reach, duration=s.node_lease_duration,
+            renew_interval=s.node_lease_renew_interval or None, node_uid=node.node_uid,
+        )  # fmt: skip
+        pinger = Pinger(
+            KubePing(pool), self.reach, interval=s.node_ping_interval, timeout=s.node_ping_timeout,
+            metrics=self.metrics,
+        )  # fmt: skip
+
+        def offloading_patch() -> Mapping[str, Any] | None:
+            vn = vn_cache.get(vn_key)
+            return None if vn is None else (vn.get("spec") or {}).get("offloadingPatch")
+
+        ctx = ReflectionContext(
+            home=home, pool=pool, node_name=node_name, local_cluster_id=s.home_cluster_id,
+            remote_cluster_id=s.foreign_cluster_id, tenant_namespace=tenant, vk_pod_ip=s.node_ip,
+            reach=self.reach, recorder=recorder, metrics=self.metrics,
+            apiserver_support="tokenapi" if s.enable_apiserver_support else "disabled",
+            disable_ip_reflection=s.disable_ip_reflection, offloading_patch=offloading_patch,
+        )  # fmt: skip
+        admission = Admission(Grant())
+        engine = ReflectionEngine(ctx, admission, pod_workers=s.pod_reflection_workers)
+        self.engine = engine
+
+        def on_grant(*_: Any) -> None:
+            engine.set_grant(grant_of(rs_cache.get(vn_key), vn_cache.get(vn_key)))
+
+        rs_cache.subscribe(on_grant)
+        vn_cache.subscribe(on_grant)
+        creds = RemoteCredentialWatcher(pool, secret_cache, f"{tenant}/{s.foreign_kubeconfig_secret_name}")
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for cache in (node_cache, vn_cache, rs_cache, secret_cache):
+                    tg.create_task(cache.run(), name=f"cache-{cache.name}")
+                tg.create_task(recorder.run(), name="event-recorder")
+                tg.create_task(pinger.run(), name="pinger")
+                tg.create_task(creds.run(), name="credential-watcher")
+                await asyncio.gather(vn_cache.wait_synced(), rs_cache.wait_synced(), node_cache.wait_synced())
+                on_grant()
+                if s.create_node:
+                    tg.create_task(node.run(), name="node")
+                    tg.create_task(lease.run(), name="node-lease")
+                tg.create_task(engine.run(), name="reflection")
+                self.ready.set()
+                log.info(
+                    "vkbridge running",
+                    node=node_name,
+                    tenant=tenant,
+                    pool=pool.server,
+                    workers=s.pod_reflection_workers,
+                )
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(recorder.aclose(), 1.0)
+            await pool.close()
+            await home.close()
+
+
+async def _main(settings: Settings) -> int:
+    vk = VirtualKubelet(settings)
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    stopping = False
+
+    def on_signal(signame: str) -> None:
+        nonlocal stopping
+        if stopping:
+            return
+        stopping = True
+        log.info("shutting down: heartbeats and reflection stop, the Node stays", signal=signame)
+        assert task is not None
+        task.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig.name)
+    try:
+        await vk.run()
+    except asyncio.CancelledError:
+        if not stopping:
+            raise
+        return 0
+    except StartupError as err:
+        log.error(str(err))
+        return 2
+    return 0
+
+
+def run(settings: Settings) -> int:
+    """Entry point called by the CLI once flags are parsed and logging is set up."""
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a runtime dependency
+        runner = asyncio.run
+    try:
+        return int(runner(_main(settings)))
+    except KeyboardInterrupt:
+        return 0
+    except ExceptionGroup as group:
+        for err in _leaves(group):
+            log.error("fatal error", error=f"{type(err).__name__}: {str(err)[:300]}")
+        sys.stderr.flush()
+        return 1
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out

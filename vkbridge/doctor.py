@@ -1,0 +1,239 @@
+"""`vkbridge doctor`: the checks of GUIDE §7.1, from a kubeconfig, as a short report.
+
+Each check prints one line `OK|WARN|FAIL  <check>: <detail>`; a FAIL names what to do. The exit code is
+1 when any check fails, so the command fits in scripts and CI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, TextIO
+
+from vkbridge.credentials.remote import credentials_from_secret
+from vkbridge.grant import Grant, add_resources, pod_requests
+from vkbridge.kube.client import EVENTS, NODES, PODS, RESOURCESLICES, SECRETS, ApiError, KubeClient
+from vkbridge.kube.kubeconfig import KubeconfigError, cert_info, in_cluster_credentials, load_kubeconfig_file
+from vkbridge.quantity import format_quantity
+from vkbridge.settings import Settings
+
+PENDING_WARN_SECONDS = 60
+EXPIRY_WARN_DAYS = 14
+
+
+@dataclass
+class Finding:
+    level: str  # OK, WARN, FAIL
+    check: str
+    detail: str
+
+
+class Doctor:
+    def __init__(self, settings: Settings, home: KubeClient) -> None:
+        self.s = settings
+        self.home = home
+        self.node = settings.nodename
+        self.tenant = (
+            settings.tenant_namespace
+            if settings.tenant_namespace not in ("", "default")
+            else f"liqo-tenant-{self.node}"
+        )
+        self.secret = settings.foreign_kubeconfig_secret_name or f"kubeconfig-resourceslice-{self.node}"
+        self.findings: list[Finding] = []
+
+    def add(self, level: str, check: str, detail: str) -> None:
+        self.findings.append(Finding(level, check, detail))
+
+    async def run(self) -> list[Finding]:
+        checks: list[Callable[[], Awaitable[None]]] = [
+            self.check_vk_pod,
+            self.check_node,
+            self.check_pool,
+            self.check_grant,
+            self.check_pending_pods,
+        ]
+        for check in checks:
+            try:
+                await check()
+            except ApiError as err:
+                self.add("FAIL", check.__name__.removeprefix("check_"), f"API error: {err}")
+        return self.findings
+
+    async def check_vk_pod(self) -> None:
+        pods = (await self.home.list(PODS, self.tenant)).get("items") or []
+        mine = [p for p in pods if p["metadata"]["name"].startswith(f"vk-{self.node}")]
+        if not mine:
+            self.add(
+                "WARN",
+                "virtual kubelet pod",
+                f"no pod vk-{self.node}-* in {self.tenant} (running elsewhere?)",
+            )
+            return
+        for p in mine:
+            phase = (p.get("status") or {}).get("phase")
+            level = "OK" if phase == "Running" else "FAIL"
+            self.add(level, "virtual kubelet pod", f"{self.tenant}/{p['metadata']['name']} is {phase}")
+
+    async def check_node(self) -> None:
+        try:
+            node = await self.home.get(NODES, self.node)
+        except ApiError as err:
+            if err.not_found:
+                self.add("FAIL", "virtual node", f"node {self.node} does not exist: is vkbridge running?")
+                return
+            raise
+        conditions: list[dict[str, Any]] = node["status"].get("conditions") or []
+        ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
+        if ready.get("status") == "True":
+            self.add("OK", "virtual node", f"{self.node} is Ready")
+        else:
+            self.add(
+                "FAIL",
+                "virtual node",
+                f"{self.node} is not Ready ({ready.get('reason', 'no Ready condition')}): the pool does not "
+                "answer or vkbridge is not running; see `kubectl logs deploy/vk-<slug>` (user guide 7.3)",
+            )
+        taints = {(t.get("key"), t.get("effect")) for t in node["spec"].get("taints") or []}
+        if ("multicloud.io/pool", "NoSchedule") not in taints:
+            self.add("WARN", "virtual node", "taint multicloud.io/pool is missing (vkbridge restores it)")
+
+    async def check_pool(self) -> None:
+        try:
+            secret = await self.home.get(SECRETS, self.secret, self.tenant)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+            secret = None
+        try:
+            creds = credentials_from_secret(secret, f"{self.tenant}/{self.secret}")
+        except KubeconfigError as err:
+            self.add("FAIL", "pool credential", str(err))
+            return
+        if creds.client_cert_pem is not None:
+            info = cert_info(creds.client_cert_pem)
+            left = info.not_after - dt.datetime.now(dt.UTC)
+            if left.total_seconds() <= 0:
+                when = f"{info.not_after:%Y-%m-%d %H:%M}Z"
+                self.add("FAIL", "pool credential", f"client certificate expired at {when}: apply a new "
+                         "bundle (user guide section 5, 'Rotate the credentials')")  # fmt: skip
+            elif left.days < EXPIRY_WARN_DAYS:
+                self.add("WARN", "pool credential", f"client certificate expires in {_human(left)}")
+            else:
+                self.add("OK", "pool credential", f"client certificate valid for {_human(left)}")
+        pool = KubeClient(creds, name="pool", timeout=5.0)
+        try:
+            await pool.request("GET", "/version", timeout=5.0)
+            self.add("OK", "pool reachable", f"{creds.server} answers through the bridge")
+        except ApiError as err:
+            if err.unauthorized:
+                self.add("FAIL", "pool reachable", f"{creds.server} rejects our credential "
+                         f"({err.status}): apply the peering's new bundle (guide section 5)")  # fmt: skip
+            else:
+                self.add("FAIL", "pool reachable", f"{creds.server} does not answer ({err.reason}): "
+                         "is the pool hibernated, or the bridge pod down? (user guide 7.3)")  # fmt: skip
+        finally:
+            await pool.close()
+
+    async def _node_pods(self) -> list[dict[str, Any]]:
+        body = await self.home.list(PODS, field_selector=f"spec.nodeName={self.node}")
+        return list(body.get("items") or [])
+
+    async def check_grant(self) -> None:
+        try:
+            rs = await self.home.get(RESOURCESLICES, self.node, self.tenant)
+        except ApiError as err:
+            if err.not_found:
+                self.add("WARN", "grant", f"no ResourceSlice {self.tenant}/{self.node}")
+                return
+            raise
+        grant = Grant.from_resource_list((rs.get("status") or {}).get("resources"))
+        used: dict[str, Fraction] = {}
+        for pod in await self._node_pods():
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            used = add_resources(used, pod_requests(pod))
+        parts = []
+        for name in ("cpu", "memory", "pods", "ephemeral-storage"):
+            granted = grant.get(name)
+            if granted is None:
+                continue
+            free = granted - used.get(name, Fraction(0))
+            parts.append(
+                f"{name} used {format_quantity(used.get(name, Fraction(0)), name)} "
+                f"free {format_quantity(free, name)}"
+            )
+        self.add("OK" if parts else "WARN", "grant", "; ".join(parts) or "the pool granted nothing yet")
+
+    async def check_pending_pods(self) -> None:
+        now = dt.datetime.now(dt.UTC)
+        stuck = []
+        for pod in await self._node_pods():
+            st = pod.get("status") or {}
+            if st.get("phase") != "Pending":
+                continue
+            created = _parse_time(pod["metadata"].get("creationTimestamp"))
+            if created is None or (now - created).total_seconds() < PENDING_WARN_SECONDS:
+                continue
+            ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+            events = (await self.home.list(EVENTS, ns, field_selector=f"involvedObject.name={name}")).get(
+                "items"
+            ) or []
+            warnings = [e for e in events if e.get("type") == "Warning"]
+            why = warnings[-1]["message"] if warnings else st.get("reason") or "no event"
+            stuck.append(f"{ns}/{name}: {why}")
+        if stuck:
+            for line in stuck[:20]:
+                self.add("WARN", "pending pod", line)
+        else:
+            self.add("OK", "pending pods", f"none pending for more than {PENDING_WARN_SECONDS}s")
+
+
+def _parse_time(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
+
+
+def _human(delta: dt.timedelta) -> str:
+    if delta.days >= 2:
+        return f"{delta.days} days"
+    hours = delta.total_seconds() / 3600
+    return f"{hours:.1f} hours" if hours >= 1 else f"{delta.total_seconds() / 60:.0f} minutes"
+
+
+def report(findings: list[Finding], out: TextIO) -> int:
+    for f in findings:
+        out.write(f"{f.level:<5} {f.check}: {f.detail}\n")
+    failed = sum(f.level == "FAIL" for f in findings)
+    warned = sum(f.level == "WARN" for f in findings)
+    out.write(f"{'unhealthy' if failed else 'healthy'}: {failed} failed, {warned} warnings\n")
+    return 1 if failed else 0
+
+
+async def _run(settings: Settings, out: TextIO) -> int:
+    try:
+        creds = (
+            load_kubeconfig_file(settings.home_kubeconfig)
+            if settings.home_kubeconfig
+            else in_cluster_credentials()
+        )
+    except KubeconfigError as err:
+        out.write(f"FAIL  consumer kubeconfig: {err}\nunhealthy: 1 failed, 0 warnings\n")
+        return 1
+    home = KubeClient(creds, name="consumer", timeout=10.0)
+    try:
+        return report(await Doctor(settings, home).run(), out)
+    finally:
+        await home.close()
+
+
+def run(settings: Settings) -> int:
+    """Entry point called by the CLI for `vkbridge doctor`."""
+    return asyncio.run(_run(settings, sys.stdout))
