@@ -210,8 +210,7 @@ class PodReflector:
                     c.EVENT_FAILED_REFLECTION,
                     c.failed_reflection_msg(self.ctx.remote_cluster_id, err.message),
                 )
-            log.warning("ShadowPod refused by the pool", pod=key, status=err.status, reason=err.message[:300])
-            raise
+            raise  # the work queue logs the refusal with its retry delay
         info.created_at = time.monotonic()
         elapsed = info.created_at - info.first_seen
         self.ctx.metrics.reflection_latency.labels(direction="outbound").observe(elapsed)

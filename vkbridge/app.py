@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import socket
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -32,6 +34,7 @@ from vkbridge.kube.client import (
 )
 from vkbridge.kube.events import EventRecorder
 from vkbridge.kube.kubeconfig import KubeconfigError, in_cluster_credentials, load_kubeconfig_file
+from vkbridge.kube.leaderelection import LeaderElector
 from vkbridge.kube.reachability import Reachability
 from vkbridge.logs import get_logger
 from vkbridge.metrics import Metrics
@@ -48,6 +51,10 @@ SHUTDOWN_GRACE_SECONDS = 4.0
 
 class StartupError(Exception):
     """A problem an operator must fix before vkbridge can start; the message says how."""
+
+
+class LostLeadership(Exception):
+    """Another replica leads now: stop writing at once (the process exits and restarts as a standby)."""
 
 
 class HomeEventWriter:
@@ -180,8 +187,25 @@ class VirtualKubelet:
         vn_cache.subscribe(on_grant)
         creds = RemoteCredentialWatcher(pool, secret_cache, f"{tenant}/{s.foreign_kubeconfig_secret_name}")
 
+        elector: LeaderElector | None = None
+        if s.vk_lease_enabled:
+            identity = s.pod_name or f"{socket.gethostname()}-{os.getpid()}"
+            elector = LeaderElector(
+                home, namespace=tenant, name=node_name, identity=identity,
+                lease_duration=s.vk_lease_duration, renew_deadline=s.vk_lease_renew_interval,
+                retry_period=s.vk_lease_retry_period,
+            )  # fmt: skip
+            await elector.acquire()
+
+        async def hold_leadership() -> None:
+            assert elector is not None
+            await elector.hold()
+            raise LostLeadership(f"lease {tenant}/{node_name} taken over")
+
         try:
             async with asyncio.TaskGroup() as tg:
+                if elector is not None:
+                    tg.create_task(hold_leadership(), name="leader-election")
                 for cache in (node_cache, vn_cache, rs_cache, secret_cache):
                     tg.create_task(cache.run(), name=f"cache-{cache.name}")
                 tg.create_task(recorder.run(), name="event-recorder")
@@ -204,6 +228,9 @@ class VirtualKubelet:
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(recorder.aclose(), 1.0)
+            if elector is not None and elector.is_leader:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(elector.release(), 1.0)
             await pool.close()
             await home.close()
 
@@ -234,6 +261,10 @@ async def _main(settings: Settings) -> int:
     except StartupError as err:
         log.error(str(err))
         return 2
+    except ExceptionGroup as group:
+        if group.subgroup(LostLeadership) is not None:
+            return 1
+        raise
     return 0
 
 

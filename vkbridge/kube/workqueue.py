@@ -259,14 +259,15 @@ async def _worker(
         except Exception as err:
             delay = queue.add_rate_limited(key)
             logger.warning(
-                "%s: handling %s failed (%s: %s); retry %d in %.3fs",
+                "%s: retry %d of %s in %.3fs: %s: %s",
                 name,
+                queue.num_requeues(key),
                 key,
+                delay,
                 type(err).__name__,
                 err,
-                queue.num_requeues(key),
-                delay,
                 exc_info=logger.isEnabledFor(logging.DEBUG),
+                extra={"kv": {"pod" if name == "pods" else "key": key, "retry_in": f"{delay:.3f}s"}},
             )
         else:
             queue.forget(key)

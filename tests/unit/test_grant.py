@@ -1,0 +1,382 @@
+"""vkbridge.grant: pod requests as Kubernetes computes them, and an admission ledger that never over-admits.
+
+`pod_requests` was also checked against k8s.io/component-helpers v0.36.3 `resource.PodRequests` on 6,000
+random pods (containers, sidecar and plain init containers, overhead, pod-level resources): no difference.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
+
+from vkbridge.grant import (
+    Admission,
+    DecisionKind,
+    Grant,
+    add_resources,
+    max_resources,
+    parse_resource_list,
+    pod_requests,
+    sort_resources,
+)
+from vkbridge.quantity import QuantityError, parse_quantity
+
+F = Fraction
+GI = 2**30
+MI = 2**20
+DEFAULT_GRANT = {"cpu": "4", "memory": "8Gi", "pods": "110", "ephemeral-storage": "20Gi"}
+
+
+def container(requests: dict[str, str] | None = None, *, sidecar: bool = False) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": "c", "image": "busybox"}
+    if requests is not None:
+        c["resources"] = {"requests": requests}
+    if sidecar:
+        c["restartPolicy"] = "Always"
+    return c
+
+
+def pod(
+    containers: list[dict[str, Any]],
+    init: list[dict[str, Any]] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    return {"spec": {"containers": containers, "initContainers": init or [], **spec}}
+
+
+# ---- pod_requests: table -----------------------------------------------------------------------------------
+
+POD_CASES: list[tuple[str, dict[str, Any], dict[str, Fraction]]] = [
+    (
+        "no requests: zero cpu and memory, one pod",
+        pod([container()]),
+        {"cpu": F(0), "memory": F(0), "pods": F(1)},
+    ),
+    ("empty pod", {}, {"cpu": F(0), "memory": F(0), "pods": F(1)}),
+    (
+        "containers are summed",
+        pod([container({"cpu": "500m", "memory": "256Mi"}), container({"cpu": "1500m", "memory": "1Gi"})]),
+        {"cpu": F(2), "memory": F(GI + 256 * MI), "pods": F(1)},
+    ),
+    (
+        "an init container larger than the containers wins per resource",
+        pod([container({"cpu": "1", "memory": "1Gi"})], [container({"cpu": "3", "memory": "10Mi"})]),
+        {"cpu": F(3), "memory": F(GI), "pods": F(1)},
+    ),
+    (
+        "init containers are max'd with each other, not summed",
+        pod([container({"cpu": "100m"})], [container({"cpu": "1"}), container({"cpu": "2"})]),
+        {"cpu": F(2), "memory": F(0), "pods": F(1)},
+    ),
+    (
+        "a sidecar adds to the containers",
+        pod([container({"cpu": "1"})], [container({"cpu": "500m"}, sidecar=True)]),
+        {"cpu": F(3, 2), "memory": F(0), "pods": F(1)},
+    ),
+    (
+        # KEP-753: init i needs its own requests plus every earlier sidecar's.
+        "a plain init container after a sidecar needs both",
+        pod([container({"cpu": "1"})], [container({"cpu": "1"}, sidecar=True), container({"cpu": "3"})]),
+        {"cpu": F(4), "memory": F(0), "pods": F(1)},
+    ),
+    (
+        "a plain init container before a sidecar does not add the sidecar",
+        pod([container({"cpu": "1"})], [container({"cpu": "3"}), container({"cpu": "1"}, sidecar=True)]),
+        {"cpu": F(3), "memory": F(0), "pods": F(1)},
+    ),
+    (
+        "restartPolicy other than Always is a plain init container",
+        pod([container({"cpu": "1"})], [{**container({"cpu": "500m"}), "restartPolicy": "OnFailure"}]),
+        {"cpu": F(1), "memory": F(0), "pods": F(1)},
+    ),
+    (
+        "overhead is added",
+        pod([container({"cpu": "1", "memory": "1Gi"})], overhead={"cpu": "250m", "memory": "120Mi"}),
+        {"cpu": F(5, 4), "memory": F(GI + 120 * MI), "pods": F(1)},
+    ),
+    (
+        "pod-level requests replace cpu and memory, not other resources",
+        pod(
+            [container({"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"})],
+            resources={"requests": {"cpu": "3", "memory": "2Gi", "nvidia.com/gpu": "5"}},
+        ),
+        {"cpu": F(3), "memory": F(2 * GI), "nvidia.com/gpu": F(1), "pods": F(1)},
+    ),
+    (
+        "pod-level hugepages are supported too",
+        pod([container({"hugepages-2Mi": "2Mi"})], resources={"requests": {"hugepages-2Mi": "8Mi"}}),
+        {"cpu": F(0), "memory": F(0), "hugepages-2Mi": F(8 * MI), "pods": F(1)},
+    ),
+    (
+        "extended resources are summed like any other",
+        pod([container({"nvidia.com/gpu": "1"}), container({"nvidia.com/gpu": "2"})]),
+        {"cpu": F(0), "memory": F(0), "nvidia.com/gpu": F(3), "pods": F(1)},
+    ),
+    (
+        "limits are not requests (the API server defaults requests from limits before we see the pod)",
+        pod([{"name": "c", "resources": {"limits": {"cpu": "2"}}}]),
+        {"cpu": F(0), "memory": F(0), "pods": F(1)},
+    ),
+]
+
+
+@pytest.mark.parametrize(("title", "the_pod", "expected"), POD_CASES, ids=[c[0] for c in POD_CASES])
+def test_pod_requests(title: str, the_pod: dict[str, Any], expected: dict[str, Fraction]) -> None:
+    assert pod_requests(the_pod) == expected
+
+
+def test_pod_requests_accepts_numbers_from_handmade_yaml() -> None:
+    assert pod_requests(pod([container({"cpu": 2, "memory": 0.5})]))["cpu"] == 2  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize("bad", ["lots", "1x", True, None, [1]])
+def test_malformed_quantity_names_the_field(bad: object) -> None:
+    with pytest.raises(QuantityError, match=r"spec\.containers\[0\]\.resources\.requests\.cpu"):
+        pod_requests(pod([container({"cpu": bad})]))  # type: ignore[dict-item]
+
+
+# ---- decisions and messages --------------------------------------------------------------------------------
+
+
+def requests(**kv: str) -> dict[str, Fraction]:
+    return {name.replace("_", "-"): parse_quantity(v) for name, v in kv.items()}
+
+
+def test_messages_exactly() -> None:
+    ledger = Admission(Grant.from_resource_list({"cpu": "2500m", "memory": "1536Mi", "pods": "10"}))
+    assert ledger.admit("ns/a", requests(cpu="2", memory="1Gi", pods="1")).ok
+    missing = ledger.admit("ns/gpu", requests(cpu="100m", nvidia_com_gpu="1"))
+    assert missing.kind is DecisionKind.MISSING_RESOURCE
+    assert missing.message == "the pool grant has no nvidia-com-gpu"
+    gpu = ledger.admit("ns/gpu", {"cpu": F(1, 10), "nvidia.com/gpu": F(1), "pods": F(1)})
+    assert gpu.message == "the pool grant has no nvidia.com/gpu"
+    both = ledger.check({"hugepages-2Mi": F(2 * MI), "nvidia.com/gpu": F(1), "ephemeral-storage": F(1)})
+    assert both.message == "the pool grant has no ephemeral-storage, hugepages-2Mi, nvidia.com/gpu"
+    big = ledger.admit("ns/big", requests(cpu="2", memory="1Gi", pods="1"))
+    assert big.kind is DecisionKind.INSUFFICIENT
+    assert (
+        big.message
+        == "does not fit in the pool grant: cpu requested 2 free 500m; memory requested 1Gi free 512Mi"
+    )
+    assert [s.resource for s in big.shortfalls] == ["cpu", "memory"]
+    assert not ledger.is_admitted("ns/big")
+
+
+def test_missing_wins_over_insufficient_and_zero_requests_are_not_checked() -> None:
+    ledger = Admission(Grant.from_resource_list({"cpu": "1", "pods": "1"}))
+    decision = ledger.check({"cpu": F(5), "nvidia.com/gpu": F(1)})
+    assert decision.kind is DecisionKind.MISSING_RESOURCE
+    # nvidia.com/gpu: 0 and memory: 0 are not requests of anything
+    assert ledger.check({"cpu": F(1), "memory": F(0), "nvidia.com/gpu": F(0), "pods": F(1)}).ok
+
+
+def test_empty_grant_admits_nothing() -> None:
+    ledger = Admission()
+    decision = ledger.admit("ns/p", pod_requests(pod([container()])))
+    assert decision.kind is DecisionKind.MISSING_RESOURCE
+    assert decision.message == "the pool grant has no pods"
+
+
+def test_pods_count_is_enforced() -> None:
+    ledger = Admission(Grant.from_resource_list({"cpu": "4", "memory": "1Gi", "pods": "2"}))
+    assert ledger.admit("a", pod_requests(pod([container()]))).ok
+    assert ledger.admit("b", pod_requests(pod([container()]))).ok
+    third = ledger.admit("c", pod_requests(pod([container()])))
+    assert third.message == "does not fit in the pool grant: pods requested 1 free 0"
+
+
+def test_admit_is_idempotent_and_keeps_the_first_charge() -> None:
+    ledger = Admission(Grant.from_resource_list(DEFAULT_GRANT))
+    first = requests(cpu="1", pods="1")
+    assert ledger.admit("ns/p", first).ok
+    used = ledger.used()
+    assert ledger.admit("ns/p", first).ok
+    assert ledger.admit("ns/p", requests(cpu="3", pods="1")).ok  # in-place resize: the ShadowPod is frozen
+    assert ledger.used() == used
+    assert ledger.charge("ns/p") == first
+    assert len(ledger) == 1
+
+
+def test_release() -> None:
+    ledger = Admission(Grant.from_resource_list(DEFAULT_GRANT))
+    before = ledger.free()
+    assert ledger.admit("ns/p", requests(cpu="1", memory="1Gi", pods="1")).ok
+    assert ledger.release("ns/p") is True
+    assert ledger.release("ns/p") is False
+    assert ledger.free() == before
+    assert ledger.used() == {}
+
+
+def test_smaller_grant_never_evicts_and_new_pods_wait() -> None:
+    ledger = Admission(Grant.from_resource_list(DEFAULT_GRANT))
+    assert ledger.admit("ns/a", requests(cpu="3", memory="6Gi", pods="1")).ok
+    ledger.set_grant(Grant.from_resource_list({"cpu": "2", "memory": "4Gi", "pods": "110"}))
+    assert ledger.is_admitted("ns/a")
+    assert ledger.free() == {"cpu": F(-1), "memory": F(-2 * GI), "pods": F(109)}
+    waiting = ledger.admit("ns/b", requests(cpu="100m", pods="1"))
+    assert waiting.message == "does not fit in the pool grant: cpu requested 100m free -1"
+    # a pod that asks for nothing over-used still fits, as on a real node
+    assert ledger.admit("ns/c", requests(memory="0", pods="1")).ok
+    # a resource dropped from the grant shows as negative free while still used
+    ledger.set_grant(Grant.from_resource_list({"cpu": "8", "pods": "110"}))
+    assert ledger.free()["memory"] == F(-6 * GI)
+    ledger.release("ns/a")
+    assert "memory" not in ledger.free()
+
+
+def test_negative_requests_are_refused() -> None:
+    with pytest.raises(ValueError, match="negative"):
+        Admission(Grant.from_resource_list(DEFAULT_GRANT)).admit("x", {"cpu": F(-1)})
+
+
+def test_grant_parsing() -> None:
+    grant = Grant.from_resource_list(DEFAULT_GRANT)
+    assert grant.get("memory") == 8 * GI
+    assert "cpu" in grant and "nvidia.com/gpu" not in grant
+    assert sorted(grant) == sorted(DEFAULT_GRANT)
+    assert Grant.from_resource_list(None) == Grant()
+    with pytest.raises(QuantityError, match=r"status\.resources\.cpu"):
+        Grant.from_resource_list({"cpu": "four"})
+    with pytest.raises(TypeError):
+        grant.resources["cpu"] = F(1)  # type: ignore[index]
+
+
+def test_sort_resources_puts_the_base_set_first() -> None:
+    assert sort_resources(["nvidia.com/gpu", "pods", "a", "memory", "cpu", "ephemeral-storage"]) == [
+        "cpu",
+        "memory",
+        "ephemeral-storage",
+        "pods",
+        "a",
+        "nvidia.com/gpu",
+    ]
+
+
+# ---- laws --------------------------------------------------------------------------------------------------
+
+NAMES = ["cpu", "memory", "pods", "ephemeral-storage", "nvidia.com/gpu"]
+amounts = st.integers(min_value=0, max_value=10**6).map(lambda n: Fraction(n, 1000))
+resource_lists = st.dictionaries(st.sampled_from(NAMES), amounts, max_size=5)
+
+
+@given(resource_lists, resource_lists, resource_lists)
+def test_add_and_max_laws(a: dict[str, Fraction], b: dict[str, Fraction], c: dict[str, Fraction]) -> None:
+    assert add_resources(a, b) == add_resources(b, a)
+    assert add_resources(add_resources(a, b), c) == add_resources(a, add_resources(b, c))
+    assert add_resources(a, {}) == a
+    assert max_resources(a, b) == max_resources(b, a)
+    assert max_resources(max_resources(a, b), c) == max_resources(a, max_resources(b, c))
+    assert max_resources(a, a) == a
+    m = max_resources(a, b)
+    for name in set(a) | set(b):
+        assert m[name] == max(a.get(name, m[name]), b.get(name, m[name]))
+        assert m[name] >= a.get(name, F(0)) and m[name] >= b.get(name, F(0))
+
+
+def _as_strings(rl: dict[str, Fraction]) -> dict[str, str]:
+    return {k: f"{v.numerator * (1000 // v.denominator)}m" for k, v in rl.items()}
+
+
+container_lists = st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), amounts, max_size=3)
+containers_st = st.lists(container_lists, max_size=4)
+init_st = st.lists(st.tuples(container_lists, st.booleans()), max_size=4)
+
+
+@settings(max_examples=60)
+@given(containers_st, init_st, st.data())
+def test_pod_requests_laws(
+    regular: list[dict[str, Fraction]], inits: list[tuple[dict[str, Fraction], bool]], data: st.DataObject
+) -> None:
+    spec_containers = [container(_as_strings(r)) for r in regular]
+    spec_inits = [container(_as_strings(r), sidecar=s) for r, s in inits]
+    got = pod_requests(pod(spec_containers, spec_inits))
+    assert got["pods"] == 1
+    total: dict[str, Fraction] = {}
+    for r in regular:
+        total = add_resources(total, r)
+    for r, sidecar in inits:
+        if sidecar:
+            total = add_resources(total, r)
+    for name, value in total.items():
+        assert got[name] >= value  # at least every long-running container
+    for r, _ in inits:
+        for name, value in r.items():
+            assert got[name] >= value  # at least any single init container
+    shuffled = data.draw(st.permutations(spec_containers))
+    assert pod_requests(pod(shuffled, spec_inits)) == got  # regular containers' order does not matter
+    if not inits:
+        assert got == {"cpu": F(0), "memory": F(0), **total, "pods": F(1)}
+
+
+def test_parse_resource_list() -> None:
+    assert parse_resource_list({"cpu": "1", "memory": "1Mi"}) == {"cpu": F(1), "memory": F(MI)}
+    assert parse_resource_list(None) == {}
+
+
+class LedgerMachine(RuleBasedStateMachine):
+    """Random admits, releases and re-admits: used is the sum of admitted charges, never over the grant."""
+
+    keys = Bundle("keys")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.grant = Grant({"cpu": F(4), "memory": F(8 * GI), "pods": F(5), "ephemeral-storage": F(20 * GI)})
+        self.ledger = Admission(self.grant)
+        self.model: dict[str, dict[str, Fraction]] = {}
+
+    @rule(
+        target=keys,
+        key=st.text(alphabet="abcdef", min_size=1, max_size=3),
+        cpu=st.integers(0, 3000),
+        mem=st.integers(0, 4096),
+        gpu=st.integers(0, 1),
+    )
+    def admit(self, key: str, cpu: int, mem: int, gpu: int) -> str:
+        req = {"cpu": F(cpu, 1000), "memory": F(mem * MI), "pods": F(1), "nvidia.com/gpu": F(gpu)}
+        free_before = self.ledger.free()
+        decision = self.ledger.admit(key, req)
+        if key in self.model:
+            assert decision.ok and self.ledger.free() == free_before
+        elif decision.ok:
+            self.model[key] = req
+            assert gpu == 0
+        else:
+            assert self.ledger.free() == free_before
+            fits = all(v <= free_before.get(n, F(0)) for n, v in req.items() if v > 0 and n in self.grant)
+            assert (gpu == 1) or not fits
+            assert decision.kind is (DecisionKind.MISSING_RESOURCE if gpu else DecisionKind.INSUFFICIENT)
+        return key
+
+    @rule(key=keys)
+    def release(self, key: str) -> None:
+        assert self.ledger.release(key) == (key in self.model)
+        self.model.pop(key, None)
+
+    @rule(key=keys)
+    def admit_release_round_trip(self, key: str) -> None:
+        if key in self.model:
+            return
+        before = (self.ledger.free(), self.ledger.used())
+        if self.ledger.admit(key, {"cpu": F(1, 1000), "pods": F(1)}).ok:
+            self.ledger.release(key)
+        assert (self.ledger.free(), self.ledger.used()) == before
+
+    @invariant()
+    def books_balance(self) -> None:
+        total: dict[str, Fraction] = {}
+        for charge in self.model.values():
+            total = add_resources(total, charge)
+        assert self.ledger.used() == {k: v for k, v in total.items() if v}
+        assert sorted(self.ledger.admitted()) == sorted(self.model)
+        for name, granted in self.grant.resources.items():
+            assert self.ledger.used().get(name, F(0)) <= granted  # never over-admit
+            assert self.ledger.free()[name] == granted - total.get(name, F(0))
+
+
+TestLedger = LedgerMachine.TestCase
+TestLedger.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)

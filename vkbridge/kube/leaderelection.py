@@ -1,0 +1,162 @@
+"""Lease-based leader election, with client-go's semantics, so two replicas never both write.
+
+One active vkbridge per virtual node (LIQO §1 step 3): the Lease `<nodename>` in the tenant namespace,
+identity = the pod name. A candidate takes the Lease when it is free or expired, the leader renews it
+every retry period, and a leader that cannot renew within the renew deadline steps down (the caller
+exits, as Liqo's virtual kubelet does, and Kubernetes restarts it as a standby).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections.abc import Callable
+from typing import Any
+
+from vkbridge.kube.client import LEASES, ApiError, KubeClient
+from vkbridge.logs import get_logger
+
+log = get_logger("vkbridge.leader")
+
+
+def _micro(now: dt.datetime) -> str:
+    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    for fmt in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return dt.datetime.strptime(text, fmt).replace(tzinfo=dt.UTC)
+        except ValueError:
+            continue
+    return None
+
+
+def lease_expired(lease: dict[str, Any], now: dt.datetime) -> bool:
+    spec = lease.get("spec") or {}
+    renew = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+    duration = spec.get("leaseDurationSeconds") or 0
+    return renew is None or now >= renew + dt.timedelta(seconds=float(duration))
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 5.0,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self._client = client
+        self.namespace, self.name, self.identity = namespace, name, identity
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self._clock = clock
+        self._lease: dict[str, Any] | None = None
+        self.is_leader = False
+
+    def _body(self, now: dt.datetime, transitions: int, acquire: str | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if self._lease is not None:
+            meta["resourceVersion"] = self._lease["metadata"]["resourceVersion"]
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": max(1, round(self.lease_duration)),
+                "acquireTime": acquire or _micro(now),
+                "renewTime": _micro(now),
+                "leaseTransitions": transitions,
+            },
+        }
+
+    async def try_acquire_or_renew(self) -> bool:
+        now = self._clock()
+        try:
+            self._lease = await self._client.get(LEASES, self.name, self.namespace)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+            self._lease = None
+            try:
+                self._lease = await self._client.create(LEASES, self._body(now, 0, None), self.namespace)
+            except ApiError as err2:
+                if err2.already_exists or err2.conflict:
+                    return False
+                raise
+            return True
+        spec = self._lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        if holder and holder != self.identity and not lease_expired(self._lease, now):
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        acquire = spec.get("acquireTime") if holder == self.identity else None
+        if holder != self.identity:
+            transitions += 1
+        try:
+            body = self._body(now, transitions, acquire)
+            self._lease = await self._client.replace(LEASES, body, self.namespace)
+        except ApiError as err:
+            if err.conflict or err.not_found:
+                return False
+            raise
+        return True
+
+    async def acquire(self) -> None:
+        """Block until we lead (Liqo logs the wait; so do we, every 30 s)."""
+        last_log = 0.0
+        while True:
+            try:
+                if await self.try_acquire_or_renew():
+                    self.is_leader = True
+                    log.info("elected leader", lease=f"{self.namespace}/{self.name}", identity=self.identity)
+                    return
+            except ApiError as err:
+                log.debug("leader election attempt failed", error=str(err)[:200])
+            if time.monotonic() - last_log > 30:
+                last_log = time.monotonic()
+                holder = ((self._lease or {}).get("spec") or {}).get("holderIdentity")
+                log.info("waiting to be elected leader", lease=f"{self.namespace}/{self.name}", holder=holder)
+            await asyncio.sleep(self.retry_period)
+
+    async def hold(self) -> None:
+        """Renew until we cannot for `renew_deadline`; then return (the caller must stop writing)."""
+        last_ok = time.monotonic()
+        while True:
+            await asyncio.sleep(self.retry_period)
+            try:
+                ok = await self.try_acquire_or_renew()
+            except ApiError as err:
+                ok = False
+                log.warning("leader lease renewal failed", error=str(err)[:200])
+            if ok:
+                last_ok = time.monotonic()
+            elif time.monotonic() - last_ok >= self.renew_deadline:
+                self.is_leader = False
+                log.error("lost leadership: stopping so a standby takes over", identity=self.identity)
+                return
+
+    async def release(self) -> None:
+        """On a clean shutdown, hand the Lease over at once instead of letting it expire."""
+        if not self.is_leader or self._lease is None:
+            return
+        transitions = int((self._lease.get("spec") or {}).get("leaseTransitions") or 0)
+        body = self._body(self._clock(), transitions, None)
+        body["spec"]["holderIdentity"] = ""
+        body["spec"]["leaseDurationSeconds"] = 1
+        try:
+            await self._client.replace(LEASES, body, self.namespace)
+        except ApiError as err:
+            log.debug("lease release failed", error=str(err)[:200])
+        self.is_leader = False
