@@ -47,6 +47,7 @@ for k8s in $versions; do
     goline=$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$gomod" | head -1)
     go mod edit -go="$goline"
     go mod edit -require="k8s.io/kubernetes@$k8s"
+    # shellcheck disable=SC2013  # module paths hold no spaces
     for m in $(sed -n 's#^[[:space:]]*\(k8s\.io/[^ ]*\) => \./staging/src/k8s\.io/.*#\1#p' "$gomod"); do
       go mod edit -replace="$m=$m@$stg"
     done

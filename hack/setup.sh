@@ -9,9 +9,11 @@ missing=""
 command -v go >/dev/null 2>&1 || missing="$missing golang-go"
 command -v pgrep >/dev/null 2>&1 || missing="$missing procps"
 command -v script >/dev/null 2>&1 || missing="$missing bsdutils"
+command -v shellcheck >/dev/null 2>&1 || missing="$missing shellcheck"
 if [ -n "$missing" ]; then
   echo "== apt-get install$missing"
   export DEBIAN_FRONTEND=noninteractive
+  # shellcheck disable=SC2086  # $missing is a word list on purpose
   apt-get update -qq && apt-get install -y -qq $missing
 fi
 

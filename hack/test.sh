@@ -2,7 +2,7 @@
 # The project's test command (the README names it; CI calls it): static checks, then every test.
 # Extra arguments go to pytest, e.g. `hack/test.sh -m "not integration"` or `hack/test.sh -k node`.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 status=0
 step() { echo; echo "== $*"; }
 
