@@ -121,6 +121,11 @@ class VirtualKubelet:
     async def run(self) -> None:
         s = self.settings
         home, pool, kubelet_version = await self._connect()
+        if s.enable_apiserver_support:
+            log.warning(
+                "--enable-apiserver-support is accepted but not implemented: offloaded pods get no "
+                "service-account token and no access to this cluster's API (as with the flag off)"
+            )
         self.home, self.pool = home, pool
         node_name, vn_name = s.nodename, s.virtual_node_name or s.nodename
         tenant = s.tenant_namespace
@@ -173,7 +178,9 @@ class VirtualKubelet:
             home=home, pool=pool, node_name=node_name, local_cluster_id=s.home_cluster_id,
             remote_cluster_id=s.foreign_cluster_id, tenant_namespace=tenant, vk_pod_ip=s.node_ip,
             reach=self.reach, recorder=recorder, metrics=self.metrics,
-            apiserver_support="tokenapi" if s.enable_apiserver_support else "disabled",
+            # Service-account token reflection (TokenAPI) is not built: a ShadowPod pointing at a
+            # `<pod>-token` Secret nobody writes would hang on the pool, so tokens are dropped instead.
+            apiserver_support="disabled",
             disable_ip_reflection=s.disable_ip_reflection, offloading_patch=offloading_patch,
         )  # fmt: skip
         admission = Admission(Grant())
