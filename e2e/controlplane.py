@@ -319,8 +319,13 @@ class ControlPlane:
 
     # ---- lifecycle ---------------------------------------------------------------------------------
 
-    def start(self, timeout: float = 120) -> ControlPlane:
-        """Start every component and wait until each answers its health endpoint."""
+    def start(self, timeout: float = 120, crds: bool = False) -> ControlPlane:
+        """Start every component and wait until each answers its health endpoint.
+
+        With ``crds`` the Liqo CRDs are installed before kube-controller-manager starts, so its garbage
+        collector watches them from the start (it picks up CRDs added later only at its next 30 s
+        discovery sync, which would delay owner-reference deletion of ShadowPod-owned pods in tests).
+        """
         with self._lock:
             if self._stopped:
                 raise PlaneError(f"{self.name}: a stopped plane cannot be restarted")
@@ -331,6 +336,8 @@ class ControlPlane:
                 self._await("etcd", deadline, self._etcd_healthy)
                 self._start_component("kube-apiserver", self._apiserver_argv())
                 self._await("kube-apiserver", deadline, self._apiserver_ready)
+                if crds:
+                    self.install_crds(timeout=max(10.0, deadline - time.monotonic()))
                 self._start_component("kube-controller-manager", self._kcm_argv())
                 self._start_component("kube-scheduler", self._scheduler_argv())
                 self._await("kube-controller-manager", deadline, lambda: self._healthz(self.kcm_port))

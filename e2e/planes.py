@@ -71,6 +71,4 @@ def start_planes(
 
 
 def _bring_up(plane: ControlPlane, timeout: float, crds: bool) -> None:
-    plane.start(timeout=timeout)
-    if crds:
-        plane.install_crds()
+    plane.start(timeout=timeout, crds=crds)
