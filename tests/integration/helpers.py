@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
 
 SHADOWPODS = "/apis/offloading.liqo.io/v1beta1"
@@ -90,3 +91,33 @@ def phase(plane: ControlPlane, ns: str, name: str) -> str | None:
 def events_for(plane: ControlPlane, ns: str, name: str) -> list[dict[str, Any]]:
     body = must(plane, "GET", f"/api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.name={name}")
     return list(body.get("items") or [])
+
+
+DEFAULT = {"cpu": "4", "memory": "8Gi", "pods": "110", "ephemeral-storage": "20Gi"}
+
+
+def rs_path(bundle: Bundle) -> str:
+    return f"/apis/authentication.liqo.io/v1beta1/namespaces/{bundle.tenant_ns}/resourceslices/{bundle.slug}"
+
+
+def set_grant(consumer: ControlPlane, bundle: Bundle, resources: dict[str, str]) -> None:
+    """Ask the pool for `resources` (spec) and wait until it granted them and our node shows them."""
+    must(consumer, "PATCH", rs_path(bundle), {"spec": {"resources": resources}},
+         content_type="application/merge-patch+json")  # fmt: skip
+
+    def granted() -> bool:
+        st = ((get(consumer, rs_path(bundle)) or {}).get("status") or {}).get("resources") or {}
+        node = get(consumer, f"/api/v1/nodes/{bundle.slug}") or {}
+        cap = (node.get("status") or {}).get("capacity") or {}
+        return all(st.get(k) == v and cap.get(k) == v for k, v in resources.items())
+
+    wait_until(granted, 30, f"the grant {resources} on the ResourceSlice and the node")
+
+
+def node_pods_active(consumer: ControlPlane, node: str) -> list[str]:
+    body = must(consumer, "GET", f"/api/v1/pods?fieldSelector=spec.nodeName={node}")
+    return [
+        f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+        for p in body["items"]
+        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    ]

@@ -40,7 +40,10 @@ def test_node_is_ready_with_expected_labels_taints_capacity_and_conditions(
     }
 
     def taints() -> set[tuple[str, str | None, str]]:
-        return {(t["key"], t.get("value"), t["effect"]) for t in node(consumer, bundle)["spec"].get("taints") or []}
+        return {
+            (t["key"], t.get("value"), t["effect"])
+            for t in node(consumer, bundle)["spec"].get("taints") or []
+        }
 
     # kube-controller-manager lifts its node.kubernetes.io/not-ready taint a moment after Ready.
     wait_until(lambda: taints() == expected, 15, f"exactly our taints (have {taints()})")

@@ -11,12 +11,14 @@ from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
 from e2e.vkbridge_proc import VkbridgeProcess
 from tests.integration.helpers import (
+    DEFAULT,
     events_for,
     get,
     must,
     phase,
     pod_path,
     pool_pod,
+    set_grant,
     shadow_path,
     wait_until,
 )
@@ -26,6 +28,15 @@ pytestmark = pytest.mark.integration
 
 def running(plane: ControlPlane, ns: str, name: str) -> bool:
     return phase(plane, ns, name) == "Running"
+
+
+def active_pods(consumer: ControlPlane, node: str) -> list[str]:
+    body = must(consumer, "GET", f"/api/v1/pods?fieldSelector=spec.nodeName={node}")
+    return [
+        p["metadata"]["name"]
+        for p in body["items"]
+        if p["status"].get("phase") not in ("Succeeded", "Failed")
+    ]
 
 
 def restart_count(pod: dict[str, Any]) -> int:
@@ -47,7 +58,9 @@ def test_burst_hello_runs_on_the_pool_and_status_is_mirrored(
     assert local is not None and remote is not None
     assert local["spec"]["nodeName"] == bundle.slug
     assert local["status"]["startTime"] == remote["status"]["startTime"]
-    assert local["status"]["containerStatuses"][0]["state"] == remote["status"]["containerStatuses"][0]["state"]
+    assert (
+        local["status"]["containerStatuses"][0]["state"] == remote["status"]["containerStatuses"][0]["state"]
+    )
     assert local["status"]["hostIP"] == "127.0.0.1"
     assert local["metadata"]["labels"]["liqo.io/shadowPod"] == "true"
     shadow = get(pool, shadow_path(remote_ns, "burst-hello"))
@@ -138,8 +151,12 @@ def test_daemonset_style_pod_in_non_offloaded_namespace_gets_backoff_and_event(
         return st.get("phase") == "Pending" and st.get("reason") == "OffloadingBackOff"
 
     wait_until(backoff, 20, "OffloadingBackOff")
-    events = [e for e in events_for(consumer, ns, "agent") if e["reason"] == "ReflectionDisabled"]
-    assert events and events[0]["type"] == "Warning"
+    events = wait_until(
+        lambda: [e for e in events_for(consumer, ns, "agent") if e["reason"] == "ReflectionDisabled"],
+        10,
+        "the ReflectionDisabled event",
+    )
+    assert events[0]["type"] == "Warning"
     assert "offload" in events[0]["message"].lower()
 
 
@@ -148,9 +165,15 @@ def test_pool_quota_refusal_is_reported_and_pod_runs_once_quota_frees(
     offloaded_ns: tuple[str, str],
 ) -> None:  # fmt: skip
     ns, remote_ns = offloaded_ns
+    wait_until(
+        lambda: not active_pods(consumer, bundle.slug), 90, "earlier tests' pods to be gone", interval=0.5
+    )
     # Another virtual node of the same consumer holds most of the pool quota: our grant ledger cannot
     # see it (other node label), so only the pool's webhook can refuse our ShadowPod.
-    grant = get(consumer, f"/apis/authentication.liqo.io/v1beta1/namespaces/{bundle.tenant_ns}/resourceslices/{bundle.slug}")
+    grant = get(
+        consumer,
+        f"/apis/authentication.liqo.io/v1beta1/namespaces/{bundle.tenant_ns}/resourceslices/{bundle.slug}",
+    )
     assert grant is not None
     hog = {
         "apiVersion": "offloading.liqo.io/v1beta1",
@@ -183,3 +206,49 @@ def test_pool_quota_refusal_is_reported_and_pod_runs_once_quota_frees(
     finally:
         must(pool, "DELETE", shadow_path(remote_ns, "hog"))
     wait_until(lambda: running(consumer, ns, "refused"), 60, "the refused pod to run once quota frees")
+
+
+def test_burst_of_200_survives_sigkill_mid_burst_without_duplicates_or_losses(
+    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
+    offloaded_ns: tuple[str, str],
+) -> None:  # fmt: skip
+    from concurrent.futures import ThreadPoolExecutor
+
+    ns, remote_ns = offloaded_ns
+    n = 200
+    set_grant(consumer, bundle, {**DEFAULT, "pods": "400"})
+    try:
+        names = [f"b{i:03d}" for i in range(n)]
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(8) as ex:
+            list(ex.map(lambda name: must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, name, cpu="5m",
+                                                                                memory="4Mi")), names))  # fmt: skip
+
+        def shadows() -> list[dict[str, Any]]:
+            return list(must(pool, "GET", shadow_path(remote_ns)).get("items") or [])
+
+        wait_until(
+            lambda: len(shadows()) >= n // 3, 60, "a third of the burst to reach the pool", interval=0.2
+        )
+        vkbridge.kill()
+        killed_with = len(shadows())
+        vkbridge.start()
+
+        def all_running() -> bool:
+            items = must(consumer, "GET", pod_path(ns))["items"]
+            return len(items) == n and all(p["status"].get("phase") == "Running" for p in items)
+
+        wait_until(all_running, 180, "all 200 pods Running at home", interval=1.0)
+        elapsed = time.monotonic() - t0
+        items = shadows()
+        assert sorted(s["metadata"]["name"] for s in items) == names, "exactly one ShadowPod per pod"
+        local = must(consumer, "GET", pod_path(ns))["items"]
+        assert len(local) == n, "no local pod deleted"
+        assert not [
+            p for p in local if p["status"].get("reason") in ("OffloadingAborted", "OffloadingBackOff")
+        ]
+        print(
+            f"\n200-pod burst: all Running in {elapsed:.1f}s; SIGKILL with {killed_with} ShadowPods created"
+        )
+    finally:
+        set_grant(consumer, bundle, DEFAULT)

@@ -1,0 +1,634 @@
+"""Credentials on the real planes: the kubelet serving CSR, pool certificate renewal, the Secret hot swap.
+
+Every pool-certificate test builds its own peering (fresh slug and consumer id, short certificate
+lifetime) and, when it needs one, its own emulator without the quota webhook, so nothing here disturbs
+the session's bundle or emulator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import datetime as dt
+import logging
+import ssl
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from e2e.bundle import (
+    Bundle,
+    create_bundle,
+    decode_kubeconfig_secret,
+    delete_bundle,
+    kubeconfig_dict,
+    private_pem,
+)
+from e2e.controlplane import ControlPlane
+from e2e.emulator import EmulatorHandle, launch_emulator
+from e2e.emulator.certs import parse_duration
+from e2e.tunnel import TunnelProxy
+from vkbridge.credentials import certs
+from vkbridge.credentials.remote import RemoteCredentialWatcher, credentials_from_secret
+from vkbridge.credentials.renewal import CertificateRenewer
+from vkbridge.credentials.serving import ServingCertificateManager
+from vkbridge.kube.cache import Cache
+from vkbridge.kube.client import (
+    CERTIFICATESIGNINGREQUESTS,
+    NODES,
+    PODS,
+    RENEWS,
+    RESOURCESLICES,
+    SECRETS,
+    ApiError,
+    KubeClient,
+)
+from vkbridge.kube.kubeconfig import Credentials, load_kubeconfig_file
+from vkbridge.kube.reachability import Reachability
+from vkbridge.kubeletapi.tls import ServingTLS
+from vkbridge.metrics import Metrics
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(360)]
+
+T = TypeVar("T")
+REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+REVIEW_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+RENEW_FAILED = "pool client certificate renewal failed; will retry"
+LOG_LINE = "served over the CSR-issued certificate\n"
+
+
+async def eventually(fn: Callable[[], Any], what: str, timeout: float) -> Any:
+    """Poll fn (sync or async) until it returns something truthy; API errors count as 'not yet'."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while True:
+        try:
+            got = fn()
+            if asyncio.iscoroutine(got):
+                got = await got
+            if got:
+                return got
+            last = got
+        except ApiError as err:
+            last = err
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+        await asyncio.sleep(0.05)
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+# ---- fixtures and stacks ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def home(consumer: ControlPlane) -> AsyncIterator[KubeClient]:
+    async with KubeClient(load_kubeconfig_file(consumer.admin_kubeconfig), name="consumer") as client:
+        yield client
+
+
+@pytest.fixture
+async def pool_admin(pool: ControlPlane) -> AsyncIterator[KubeClient]:
+    async with KubeClient(load_kubeconfig_file(pool.admin_kubeconfig), name="pool-admin") as client:
+        yield client
+
+
+@pytest.fixture
+def new_peering(
+    consumer: ControlPlane,
+    pool: ControlPlane,
+    tunnel: TunnelProxy,
+    pool_ca_files: tuple[Path, Path],
+    pool_workdir: Path,
+) -> Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]]:
+    """Factory: a fresh peering with certificates of ``lifetime`` and an emulator running ``controllers``."""
+
+    @contextlib.asynccontextmanager
+    async def make(
+        lifetime: str, controllers: str | None
+    ) -> AsyncIterator[tuple[Bundle, EmulatorHandle | None]]:
+        slug, cid = f"c{uuid.uuid4().hex[:12]}", f"c-{uuid.uuid4().hex[:8]}"
+        b = await asyncio.to_thread(
+            create_bundle,
+            consumer,
+            pool,
+            slug=slug,
+            consumer_id=cid,
+            pool_server_url=tunnel.url,
+            cert_lifetime=parse_duration(lifetime),
+        )
+        emu: EmulatorHandle | None = None
+        try:
+            if controllers:
+                emu = await asyncio.to_thread(
+                    launch_emulator,
+                    consumer_kubeconfig=consumer.admin_kubeconfig,
+                    pool_kubeconfig=pool.admin_kubeconfig,
+                    consumer_id=cid,
+                    slug=slug,
+                    pool_ca_cert=pool_ca_files[0],
+                    pool_ca_key=pool_ca_files[1],
+                    workdir=pool_workdir / f"emulator-{slug}",
+                    api_server_url=tunnel.url,
+                    cert_lifetime=lifetime,
+                    propagate_kubeconfig=False,  # the Secret is ours to write
+                    controllers=controllers,
+                )
+            yield b, emu
+        finally:
+            if emu is not None:
+                await asyncio.to_thread(emu.stop)
+            await asyncio.to_thread(delete_bundle, consumer, pool, b)
+
+    return make
+
+
+@dataclass
+class Stack:
+    """The credential parts of vkbridge for one peering, running."""
+
+    bundle: Bundle
+    pool: KubeClient
+    rs_cache: Cache
+    secret_cache: Cache
+    watcher: RemoteCredentialWatcher
+    renewer: CertificateRenewer | None
+    metrics: Metrics
+    invalid: list[str] = field(default_factory=list)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def metric(self, name: str) -> float | None:
+        return self.metrics.registry.get_sample_value(name)
+
+
+@contextlib.asynccontextmanager
+async def credential_stack(
+    home: KubeClient, b: Bundle, renewer: dict[str, Any] | None = None
+) -> AsyncIterator[Stack]:
+    where = f"{b.tenant_ns}/{b.secret_name}"
+    secret = await home.get(SECRETS, b.secret_name, b.tenant_ns)
+    pool = KubeClient(credentials_from_secret(secret, where), name="pool")
+    rs_cache = Cache(home, RESOURCESLICES, b.tenant_ns, field_selector=f"metadata.name={b.slug}")
+    secret_cache = Cache(home, SECRETS, b.tenant_ns, field_selector=f"metadata.name={b.secret_name}")
+    metrics = Metrics()
+    invalid: list[str] = []
+    watcher = RemoteCredentialWatcher(pool, secret_cache, where, on_invalid=invalid.append)
+    rn = None
+    if renewer is not None:
+        rn = CertificateRenewer(
+            home,
+            pool,
+            tenant_namespace=b.tenant_ns,
+            secret_name=b.secret_name,
+            resource_slice_name=b.slug,
+            remote_tenant_namespace=b.remote_tenant_ns,
+            consumer_cluster_id=b.consumer_id,
+            metrics=metrics,
+            reach=Reachability(),
+            resource_slice_cache=rs_cache,
+            secret_cache=secret_cache,
+            **renewer,
+        )
+    stack = Stack(b, pool, rs_cache, secret_cache, watcher, rn, metrics, invalid)
+    for part in (rs_cache, secret_cache, watcher):
+        stack.tasks.append(asyncio.create_task(part.run()))
+    try:
+        assert await rs_cache.wait_synced(30) and await secret_cache.wait_synced(30)
+        if rn is not None:
+            stack.tasks.append(asyncio.create_task(rn.run()))
+        yield stack
+    finally:
+        for t in stack.tasks:
+            t.cancel()
+        await asyncio.gather(*stack.tasks, return_exceptions=True)
+        await pool.close()
+
+
+@dataclass
+class Traffic:
+    """Pool requests in a loop (whoami), every failure recorded with its time; run() may run concurrently."""
+
+    pool: KubeClient
+    ok: int = 0
+    failures: list[str] = field(default_factory=list)
+    users: set[str] = field(default_factory=set)
+    last_ok: dt.datetime | None = None
+    inflight: int = 0
+
+    async def run(self) -> None:
+        while True:
+            started = dt.datetime.now(dt.UTC)
+            self.inflight += 1
+            try:
+                got = await self.pool.request("POST", REVIEW_PATH, body=REVIEW, timeout=10)
+            except ApiError as err:
+                self.failures.append(f"{started:%H:%M:%S.%f} {err}")
+            else:
+                self.ok += 1
+                self.last_ok = dt.datetime.now(dt.UTC)
+                self.users.add(got["status"]["userInfo"]["username"])
+            finally:
+                self.inflight -= 1
+            await asyncio.sleep(0.01)
+
+
+def kubeconfig_of(secret: dict[str, Any]) -> tuple[bytes, bytes]:
+    """(certificate, key) PEM of the kubeconfig in a kubeconfig-resourceslice Secret."""
+    user = decode_kubeconfig_secret(secret)["users"][0]["user"]
+    return base64.b64decode(user["client-certificate-data"]), base64.b64decode(user["client-key-data"])
+
+
+async def our_renews(pool_admin: KubeClient, b: Bundle) -> list[dict[str, Any]]:
+    got = await pool_admin.list(
+        RENEWS,
+        b.remote_tenant_ns,
+        label_selector=f"app.kubernetes.io/managed-by=vkbridge,liqo.io/resourceslice-name={b.slug}",
+    )
+    return list(got.get("items") or [])
+
+
+async def sleep_until(when: dt.datetime) -> None:
+    await asyncio.sleep(max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds()))
+
+
+# ---- the kubelet serving certificate ----------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def kubelet_endpoint(provider: Callable[[], ssl.SSLContext | None]) -> AsyncIterator[int]:
+    """A tiny HTTPS kubelet on 127.0.0.1 that presents the provider's current certificate."""
+    app = web.Application()
+
+    async def logs(_request: web.Request) -> web.Response:
+        return web.Response(text=LOG_LINE)
+
+    app.router.add_get("/containerLogs/{ns}/{pod}/{container}", logs)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ServingTLS(provider, None).listener_context())
+    await site.start()
+    try:
+        server = site._server
+        assert server is not None
+        yield int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+    finally:
+        await runner.cleanup()
+
+
+async def presented_certificate(port: int, ca_pem: bytes) -> x509.Certificate:
+    """Handshake as a verifying client by IP (no SNI, as Go dials kubelets) and return the server cert."""
+    ctx = ssl.create_default_context(cadata=ca_pem.decode())
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1")
+    try:
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        return x509.load_der_x509_certificate(der)
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError, ssl.SSLError):
+            await writer.wait_closed()
+        del reader
+
+
+async def test_serving_certificate_issued_by_kcm_after_approval(
+    consumer: ControlPlane, home: KubeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="vkbridge")
+    node = f"vkb-serving-{uuid.uuid4().hex[:6]}"
+    mgr = ServingCertificateManager(
+        home, node_name=node, node_ip="127.0.0.1", certificate_type="kubelet", wait_log_interval=0.5
+    )
+    task = asyncio.create_task(mgr.run())
+    csr_name = ""
+    try:
+        csr_name = await eventually(lambda: mgr.last_csr, "the serving CSR", timeout=15)
+        assert csr_name.startswith(f"vkbridge-{node}-")
+        hint = (
+            f"waiting for approval of kubelet serving CSR {csr_name}: approve it "
+            f"(kubectl certificate approve {csr_name}) or check Liqo's controller-manager"
+        )
+        await eventually(lambda: hint in caplog.messages, "the waiting-for-approval reminder", timeout=10)
+        assert mgr.current_context() is None, "nothing to serve before approval"
+        assert not await mgr.wait_ready(1.0)
+
+        csr = await home.get(CERTIFICATESIGNINGREQUESTS, csr_name)
+        assert csr["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
+        assert sorted(csr["spec"]["usages"]) == ["digital signature", "key encipherment", "server auth"]
+        request = x509.load_pem_x509_csr(base64.b64decode(csr["spec"]["request"]))
+        assert isinstance(request.public_key(), ec.EllipticCurvePublicKey)
+
+        await asyncio.to_thread(consumer.kubectl, "certificate", "approve", csr_name)  # as Liqo's approver
+        assert await mgr.wait_ready(30), "certificate installed after approval"
+
+        assert mgr.certificate_pem is not None
+        cert = x509.load_pem_x509_certificate(mgr.certificate_pem)
+        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(consumer.ca_pem))  # KCM's signer CA
+        assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == f"system:node:{node}"
+        assert [a.value for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == [
+            "system:nodes"
+        ]
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+        assert san.get_values_for_type(x509.DNSName) == []
+        eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        assert ExtendedKeyUsageOID.SERVER_AUTH in eku
+        assert request.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        ) == cert.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        assert any("kubelet serving certificate issued" in m for m in caplog.messages)
+
+        async with kubelet_endpoint(mgr.current_context) as port:
+            assert (await presented_certificate(port, consumer.ca_pem)).serial_number == cert.serial_number
+            # The kube-apiserver dials it for pod logs, verifying with --kubelet-certificate-authority.
+            await home.create(
+                NODES,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": node},
+                    "status": {
+                        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                        "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
+                    },
+                },
+            )
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": node, "namespace": "default"},
+                "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
+            }
+            await home.create(PODS, pod, "default")
+            status, body = await asyncio.to_thread(
+                consumer.api, "GET", f"/api/v1/namespaces/default/pods/{node}/log?container=main"
+            )
+            assert (status, body) == (200, LOG_LINE), (status, str(body)[:300])
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        with contextlib.suppress(ApiError):
+            await home.delete(PODS, node, "default", grace_period_seconds=0)
+        with contextlib.suppress(ApiError):
+            await home.delete(NODES, node)
+        if csr_name:
+            with contextlib.suppress(ApiError):
+                await home.delete(CERTIFICATESIGNINGREQUESTS, csr_name)
+
+
+async def test_self_signed_serving_certificate() -> None:
+    home = KubeClient.__new__(KubeClient)  # never used in self-signed mode
+    mgr = ServingCertificateManager(
+        home, node_name="node-x", node_ip="127.0.0.1", certificate_type="self-signed"
+    )
+    task = asyncio.create_task(mgr.run())
+    try:
+        assert await mgr.wait_ready(5)
+        assert mgr.certificate_pem is not None
+        cert = x509.load_pem_x509_certificate(mgr.certificate_pem)
+        assert cert.subject.rfc4514_string() == "CN=system:node:node-x,O=liqo.io"
+        assert cert.not_valid_after_utc - cert.not_valid_before_utc == dt.timedelta(days=365)
+        async with kubelet_endpoint(mgr.current_context) as port:
+            presented = await presented_certificate(port, mgr.certificate_pem)
+        assert presented.serial_number == cert.serial_number
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+# ---- the pool client certificate --------------------------------------------------------------------
+
+
+async def test_resourceslice_renewal_before_expiry_without_failed_requests(
+    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
+    home: KubeClient,
+    pool_admin: KubeClient,
+) -> None:
+    """A 3-minute certificate re-signed in the ResourceSlice: adopted at once, persisted, no request lost."""
+    async with (
+        new_peering("3m", "replicator,resourceslice") as (b, _emu),
+        credential_stack(home, b, renewer={}) as stack,
+    ):
+        assert stack.renewer is not None
+        first = x509.load_pem_x509_certificate(b.cert_pem)
+        traffic = Traffic(stack.pool)
+        # Two tight loops: some request is nearly always in flight, so a swap that drops in-flight
+        # requests shows up here rather than only in production.
+        loops = [asyncio.create_task(traffic.run()) for _ in range(2)]
+        inflight_at_swap: list[int] = []
+        real_swap = stack.pool.swap_credentials
+
+        async def observed_swap(creds: Credentials) -> None:
+            inflight_at_swap.append(traffic.inflight)
+            await real_swap(creds)
+
+        stack.pool.swap_credentials = observed_swap  # type: ignore[method-assign]
+        try:
+            assert 150 < (stack.metric("vkbridge_client_certificate_expiry_seconds") or 0) <= 186
+            await eventually(
+                lambda: stack.pool.credentials.client_cert_pem != b.cert_pem,
+                "the pool client to present the re-signed certificate",
+                timeout=(first.not_valid_after_utc - dt.datetime.now(dt.UTC)).total_seconds(),
+            )
+            assert dt.datetime.now(dt.UTC) < first.not_valid_after_utc
+            # Keep the traffic going past the old certificate's expiry: only the new one can work then.
+            await sleep_until(first.not_valid_after_utc + dt.timedelta(seconds=1))
+            ok_after_expiry = traffic.ok
+            await sleep_until(first.not_valid_after_utc + dt.timedelta(seconds=6))
+            assert traffic.ok > ok_after_expiry + 50, "requests kept succeeding after the old one expired"
+        finally:
+            for t in loops:
+                t.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+
+        print("DIAG", traffic.ok, inflight_at_swap, traffic.failures[:3])
+        assert traffic.failures == [], (
+            f"{len(traffic.failures)} failed pool requests ({inflight_at_swap} in flight at the swap): "
+            f"{traffic.failures[:5]}"
+        )
+        assert traffic.users == {b.identity_cn}
+        new_pem = stack.pool.credentials.client_cert_pem
+        assert new_pem is not None
+        new = x509.load_pem_x509_certificate(new_pem)
+        assert new.serial_number != first.serial_number and new.subject == first.subject
+        rs = await home.get(RESOURCESLICES, b.slug, b.tenant_ns)
+        assert base64.b64decode(rs["status"]["authParams"]["signedCRT"]) == new_pem, (
+            "came from the ResourceSlice"
+        )
+        cert_in_secret, key_in_secret = kubeconfig_of(await home.get(SECRETS, b.secret_name, b.tenant_ns))
+        assert (cert_in_secret, key_in_secret) == (new_pem, b.key_pem), "persisted with the same key"
+        assert await our_renews(pool_admin, b) == [], "no Renew needed"
+        assert (stack.renewer.renewals, stack.renewer.failures) == (1, 0)
+        left = stack.metric("vkbridge_client_certificate_expiry_seconds")
+        assert (
+            left is not None
+            and 0 < left <= (new.not_valid_after_utc - dt.datetime.now(dt.UTC)).total_seconds() + 1
+        )
+
+
+async def test_renew_on_the_pool_when_the_resourceslice_is_not_resigned(
+    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
+    home: KubeClient,
+    pool_admin: KubeClient,
+) -> None:
+    """No re-signing in the ResourceSlice: the renewer asks with a Renew, verifies, swaps and persists."""
+    async with (
+        new_peering("3m", "replicator,renew") as (b, _emu),
+        credential_stack(
+            home, b, renewer={"renew_fraction": 0.2, "provider_grace": 0.0, "answer_timeout": 30.0}
+        ) as stack,
+    ):
+        assert stack.renewer is not None
+        # Someone else keeps writing the Secret meanwhile: the renewer must not lose those writes.
+        marks = {"n": 0}
+
+        async def annotate() -> None:
+            while True:
+                marks["n"] += 1
+                patch = {"metadata": {"annotations": {"test.vkbridge.io/mark": str(marks["n"])}}}
+                await home.patch(SECRETS, b.secret_name, patch, b.tenant_ns)
+                await asyncio.sleep(0.02)
+
+        writer = asyncio.create_task(annotate())
+        try:
+            await eventually(
+                lambda: stack.pool.credentials.client_cert_pem != b.cert_pem,
+                "a renewed certificate",
+                timeout=90,
+            )
+            await asyncio.sleep(0.5)  # keep writing through the renewer's Secret update
+        finally:
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
+
+        new_pem = stack.pool.credentials.client_cert_pem
+        assert new_pem is not None
+        certs.verify_certificate(
+            new_pem,
+            key=certs.load_private_key(b.key_pem),
+            cn=b.identity_cn,
+            orgs=[b.consumer_id],
+            now=dt.datetime.now(dt.UTC),
+            ca_pem=b.ca_pem,
+        )
+        got = await stack.pool.request("POST", REVIEW_PATH, body=REVIEW)
+        assert got["status"]["userInfo"]["username"] == b.identity_cn
+
+        async def persisted() -> dict[str, Any] | None:
+            secret = await home.get(SECRETS, b.secret_name, b.tenant_ns)
+            return secret if kubeconfig_of(secret)[0] == new_pem else None
+
+        secret = await eventually(persisted, "the renewed certificate in the Secret", timeout=10)
+        assert kubeconfig_of(secret)[1] == b.key_pem
+        assert secret["metadata"]["annotations"]["test.vkbridge.io/mark"] == str(marks["n"]), "no write lost"
+
+        renews = await our_renews(pool_admin, b)
+        assert len(renews) == 1, [r["metadata"]["name"] for r in renews]
+        assert base64.b64decode(renews[0]["status"]["authParams"]["signedCRT"]) == new_pem
+        spec = renews[0]["spec"]
+        assert spec["identityType"] == "ResourceSlice" and spec["resourceSliceRef"] == {"name": b.slug}
+        assert spec["consumerClusterID"] == b.consumer_id
+        rs = await home.get(RESOURCESLICES, b.slug, b.tenant_ns)
+        assert base64.b64decode(rs["status"]["authParams"]["signedCRT"]) == b.cert_pem, "slice not re-signed"
+        await asyncio.sleep(1.0)
+        assert stack.pool.credentials.client_cert_pem == new_pem, "the older slice certificate never wins"
+        assert (stack.renewer.renewals, stack.renewer.failures) == (1, 0)
+        assert stack.metric("vkbridge_certificate_renewal_failures_total") == 0
+
+
+async def test_pool_that_never_answers_counts_failures_and_reuses_one_renew(
+    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
+    home: KubeClient,
+    pool_admin: KubeClient,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="vkbridge")
+    knobs = {
+        "renew_fraction": 0.02,
+        "provider_grace": 0.0,
+        "answer_timeout": 1.5,
+        "retry_base": 0.5,
+        "retry_cap": 1.0,
+    }
+    async with new_peering("3m", None) as (b, _), credential_stack(home, b, renewer=knobs) as stack:
+        assert stack.renewer is not None
+        renewer = stack.renewer
+        await eventually(lambda: renewer.failures >= 3, "three failed renewal rounds", timeout=60)
+        renewer_task = stack.tasks[-1]
+        assert not renewer_task.done(), "no crash"
+        assert stack.metric("vkbridge_certificate_renewal_failures_total") == renewer.failures
+        assert stack.pool.credentials.client_cert_pem == b.cert_pem
+        renews = await our_renews(pool_admin, b)
+        assert len(renews) == 1, "one Renew, reused by every retry"
+        lines = [r for r in caplog.records if r.getMessage() == RENEW_FAILED]
+        assert len(lines) == renewer.failures, "one line per failed round"
+        assert "did not answer Renew" in str(getattr(lines[0], "kv", {}).get("error"))
+
+
+async def test_secret_swaps_refuses_insecure_and_keeps_newer_certificate(
+    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
+    home: KubeClient,
+    pool: ControlPlane,
+    tunnel: TunnelProxy,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="vkbridge")
+    async with new_peering("365d", None) as (b, _), credential_stack(home, b) as stack:
+
+        async def write_kubeconfig(kcfg: dict[str, Any]) -> None:
+            for _ in range(5):
+                secret = await home.get(SECRETS, b.secret_name, b.tenant_ns)
+                secret["data"]["kubeconfig"] = b64(certs.dump_kubeconfig(kcfg))
+                try:
+                    await home.replace(SECRETS, secret, b.tenant_ns)
+                    return
+                except ApiError as err:
+                    if not err.conflict:
+                        raise
+            raise AssertionError("Secret kept conflicting")
+
+        # A new bundle (new key, same identity): swapped within 5 s, and it authenticates.
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert, _ = pool.issue_client_cert(b.identity_cn, [b.consumer_id], public_key=key.public_key())
+        kcfg = kubeconfig_dict(tunnel.url, b.ca_pem, cert, private_pem(key), name="rotated")
+        t0 = time.monotonic()
+        await write_kubeconfig(kcfg)
+        await eventually(lambda: stack.pool.credentials.client_cert_pem == cert, "the swap", timeout=5)
+        assert time.monotonic() - t0 <= 5.0
+        got = await stack.pool.request("POST", REVIEW_PATH, body=REVIEW)
+        assert got["status"]["userInfo"]["username"] == b.identity_cn
+        assert stack.watcher.swaps == 1
+
+        # An older certificate for the same key (a stale rewrite): the newer one stays in use.
+        older, _ = pool.issue_client_cert(
+            b.identity_cn, [b.consumer_id], lifetime=dt.timedelta(days=1), public_key=key.public_key()
+        )
+        await write_kubeconfig(kubeconfig_dict(tunnel.url, b.ca_pem, older, private_pem(key), name="stale"))
+        await eventually(
+            lambda: any("older certificate for the key in use" in m for m in caplog.messages),
+            "the downgrade to be refused",
+            timeout=5,
+        )
+        assert stack.pool.credentials.client_cert_pem == cert and stack.watcher.swaps == 1
+
+        # insecure-skip-tls-verify: refused with a clear message, the working credential kept.
+        insecure = kubeconfig_dict(tunnel.url, b.ca_pem, cert, private_pem(key), name="insecure")
+        insecure["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
+        await write_kubeconfig(insecure)
+        await eventually(lambda: stack.invalid, "the insecure kubeconfig to be refused", timeout=5)
+        assert "insecure-skip-tls-verify" in stack.invalid[0] and "refusing" in stack.invalid[0]
+        assert stack.pool.credentials.client_cert_pem == cert and stack.watcher.swaps == 1
+        assert (await stack.pool.request("POST", REVIEW_PATH, body=REVIEW))["status"]["userInfo"]

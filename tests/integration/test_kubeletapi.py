@@ -1,0 +1,735 @@
+"""The kubelet HTTPS API (vkbridge.kubeletapi) behind the REAL consumer kube-apiserver.
+
+A fake Node on the consumer points at our in-process KubeletServer (InternalIP 127.0.0.1, our port,
+a serving certificate from the consumer CA, which is its --kubelet-certificate-authority). Its pod
+"app" is mirrored by a same-name pod in a pool namespace that the fake pool kubelets run. kubectl
+against the consumer then exercises logs, exec (SPDY from the apiserver's translator, and WebSocket
+passthrough), stdin, TTY and exit codes; plain HTTPS requests exercise authn/authz.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import pty
+import select
+import signal
+import ssl
+import struct
+import subprocess
+import termios
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from cryptography import x509
+
+from e2e.controlplane import ControlPlane, free_port, wait_for
+from e2e.fakekubelet import FakeKubeletHandle
+from e2e.fixtures_pool import POOL_NODES
+from e2e.pki import CertAuthority
+from vkbridge.kube.client import KubeClient
+from vkbridge.kube.kubeconfig import parse_kubeconfig
+from vkbridge.kubeletapi.metrics_server import MetricsServer
+from vkbridge.kubeletapi.server import KubeletServer
+from vkbridge.metrics import Metrics
+
+pytestmark = pytest.mark.integration
+
+Json = dict[str, Any]
+TICKER = (
+    "for i in 1 2 3 4 5; do echo line-$i; done; i=6; while true; do sleep 0.3; echo line-$i; i=$((i+1)); done"
+)
+
+
+def server_context(cert_pem: bytes, key_pem: bytes, directory: Path) -> ssl.SSLContext:
+    path = directory / f"serving-{uuid.uuid4().hex[:6]}.pem"
+    path.write_bytes(cert_pem + key_pem)
+    path.chmod(0o600)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(path)
+    path.unlink()
+    return ctx
+
+
+@dataclass
+class Env:
+    consumer: ControlPlane
+    pool: ControlPlane
+    node: str
+    port: int
+    ns: str  # consumer namespace, offloaded
+    remote_ns: str  # its pool namespace
+    stray_ns: str  # consumer namespace that is not offloaded
+    pods: list[Json]
+    workdir: Path
+    home_kubeconfig: Json
+    pool_kubeconfig: Json
+    serving: tuple[bytes, bytes]
+
+    def remote_namespace(self, ns: str) -> str | None:
+        return self.remote_ns if ns == self.ns else None
+
+
+def _api_ok(plane: ControlPlane, method: str, path: str, body: Any = None, **kw: Any) -> Json:
+    status, obj = plane.api(method, path, body, **kw)
+    assert 200 <= status < 300, f"{method} {path}: {status} {obj}"
+    return dict(obj)
+
+
+def _pod(name: str, node: str, command: list[str] | None = None) -> Json:
+    container: Json = {"name": "main", "image": "busybox:1.36"}
+    if command:
+        container["command"] = command
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "containers": [container],
+            "tolerations": [{"operator": "Exists"}],  # our fake node never turns Ready
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def env(
+    consumer: ControlPlane, pool: ControlPlane, fake_nodes: FakeKubeletHandle, tmp_path_factory: Any
+) -> Iterator[Env]:
+    tag = uuid.uuid4().hex[:6]
+    node, ns, stray, remote = f"vk-kapi-{tag}", f"kapi-{tag}", f"kapi-stray-{tag}", f"kapi-{tag}-remote"
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("kubeletapi")
+    cert, key = consumer.ca.issue(f"system:node:{node}", ["system:nodes"], server=True, ips=["127.0.0.1"])
+    assert key is not None
+    # The consumer side: a Node pointing at us, two namespaces, pods bound to the node.
+    _api_ok(consumer, "POST", "/api/v1/nodes", {"metadata": {"name": node, "labels": {"type": "virtual"}}})
+    _api_ok(
+        consumer,
+        "PATCH",
+        f"/api/v1/nodes/{node}/status",
+        {
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
+            }
+        },
+        content_type="application/merge-patch+json",
+    )
+    for name in (ns, stray):
+        _api_ok(consumer, "POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    wait_for(
+        lambda: consumer.api("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default")[0] == 200, 30, "sa"
+    )
+    wait_for(
+        lambda: consumer.api("GET", f"/api/v1/namespaces/{stray}/serviceaccounts/default")[0] == 200, 30, "sa"
+    )
+    for pns, name in ((ns, "app"), (stray, "stray")):
+        _api_ok(consumer, "POST", f"/api/v1/namespaces/{pns}/pods", _pod(name, node))
+    # What reflection would report back: the pod runs (kubectl port-forward and attach check it).
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    running = {
+        "status": {
+            "phase": "Running",
+            "startTime": now,
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+            "containerStatuses": [
+                {"name": "main", "ready": True, "restartCount": 0, "image": "busybox:1.36", "imageID": "",
+                 "state": {"running": {"startedAt": now}}}
+            ],
+        }
+    }  # fmt: skip
+    pods = [
+        _api_ok(consumer, "PATCH", f"/api/v1/namespaces/{pns}/pods/{name}/status", running,
+                content_type="application/merge-patch+json")
+        for pns, name in ((ns, "app"), (stray, "stray"))
+    ]  # fmt: skip
+    # The pool side: the same pod, run by the fake pool kubelet.
+    _api_ok(pool, "POST", "/api/v1/namespaces", {"metadata": {"name": remote}})
+    wait_for(
+        lambda: pool.api("GET", f"/api/v1/namespaces/{remote}/serviceaccounts/default")[0] == 200, 30, "sa"
+    )
+    _api_ok(
+        pool, "POST", f"/api/v1/namespaces/{remote}/pods", _pod("app", POOL_NODES[0], ["sh", "-c", TICKER])
+    )
+    wait_for(
+        lambda: (
+            pool.api("GET", f"/api/v1/namespaces/{remote}/pods/app")[1].get("status", {}).get("phase")
+            == "Running"
+        ),
+        30,
+        "pool pod running",
+    )
+    # Our identities: on the consumer a delegated authn/authz reviewer, on the pool a cluster admin.
+    consumer.kubectl("create", "clusterrolebinding", f"kapi-{tag}", "--clusterrole=system:auth-delegator",
+                     f"--user=vkbridge-kubeletapi-{tag}")  # fmt: skip
+    hc, hk = consumer.issue_client_cert(f"vkbridge-kubeletapi-{tag}")
+    pc, pk = pool.issue_client_cert(f"vkbridge-pool-{tag}", ["system:masters"])
+    assert hk is not None and pk is not None
+    yield Env(
+        consumer=consumer,
+        pool=pool,
+        node=node,
+        port=port,
+        ns=ns,
+        remote_ns=remote,
+        stray_ns=stray,
+        pods=pods,
+        workdir=workdir,
+        home_kubeconfig=consumer.kubeconfig_dict(hc, hk),
+        pool_kubeconfig=pool.kubeconfig_dict(pc, pk),
+        serving=(cert, key),
+    )
+    for name in (ns, stray):
+        consumer.api("DELETE", f"/api/v1/namespaces/{name}")
+    consumer.api("DELETE", f"/api/v1/nodes/{node}")
+    consumer.kubectl("delete", "clusterrolebinding", f"kapi-{tag}", check=False)
+    pool.api("DELETE", f"/api/v1/namespaces/{remote}", {"gracePeriodSeconds": 0})
+
+
+@pytest.fixture
+async def server(env: Env) -> AsyncIterator[KubeletServer]:
+    home = KubeClient(parse_kubeconfig(env.home_kubeconfig), name="consumer")
+    pool = KubeClient(parse_kubeconfig(env.pool_kubeconfig), name="pool")
+    ctx = server_context(*env.serving, env.workdir)
+    srv = KubeletServer(
+        home,
+        pool,
+        node_name=env.node,
+        listen_host="127.0.0.1",
+        port=env.port,
+        ssl_context_provider=lambda: ctx,
+        client_ca_pem=env.consumer.ca_pem,
+        remote_namespace=env.remote_namespace,
+        local_pods=lambda: env.pods,
+    )
+    await srv.start()
+    await srv.wait_serving(5)
+    try:
+        yield srv
+    finally:
+        await srv.stop()
+        await home.close()
+        await pool.close()
+
+
+async def eventually(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def kubectl(env: Env, *args: str, input: str | None = None, timeout: float = 60) -> Any:
+    """kubectl against the consumer, off the event loop (our server runs on it)."""
+    return await asyncio.to_thread(env.consumer.kubectl, *args, input=input, check=False, timeout=timeout)
+
+
+# ---------------------------------------------------------------------------------------------- logs
+
+
+async def test_kubectl_logs(env: Env, server: KubeletServer) -> None:
+    res = await kubectl(env, "logs", "-n", env.ns, "app")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[:5] == [f"line-{i}" for i in range(1, 6)]
+    res = await kubectl(env, "logs", "-n", env.ns, "app", "--tail=1", "--timestamps")
+    assert res.returncode == 0, res.stderr
+    assert len(res.stdout.splitlines()) == 1 and "Z line-" in res.stdout
+
+
+async def test_kubectl_logs_follow_streams_and_ends_when_the_client_leaves(
+    env: Env, server: KubeletServer
+) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        str(env.consumer.bin["kubectl"]),
+        f"--kubeconfig={env.consumer.admin_kubeconfig}",
+        "logs",
+        "-f",
+        "--tail=2",
+        "-n",
+        env.ns,
+        "app",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    try:
+        async with asyncio.timeout(20):
+            lines = [(await proc.stdout.readline()).decode().strip() for _ in range(4)]
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        await proc.wait()
+    numbers = [int(line.removeprefix("line-")) for line in lines]
+    assert numbers == list(range(numbers[0], numbers[0] + 4)), lines  # 2 tail lines, then live ones
+    assert numbers[0] >= 4  # not from the start: at least line-1..line-5 existed
+    # The pool stream is released once the apiserver hangs up on us.
+    await eventually(lambda: server.active_log_streams == 0, 15, "the log stream to close")
+
+
+async def test_kubectl_logs_follow_ends_when_the_container_ends(env: Env, server: KubeletServer) -> None:
+    name = f"short-{uuid.uuid4().hex[:5]}"
+    _api_ok(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/pods", _pod(name, env.node))
+    body = _pod(name, POOL_NODES[0], ["sh", "-c", "echo first; sleep 4; echo last"])
+    body["spec"]["restartPolicy"] = "Never"
+    _api_ok(env.pool, "POST", f"/api/v1/namespaces/{env.remote_ns}/pods", body)
+    await eventually(
+        lambda: (
+            env.pool.api("GET", f"/api/v1/namespaces/{env.remote_ns}/pods/{name}")[1]
+            .get("status", {})
+            .get("phase")
+            == "Running"
+        ),
+        30,
+        "the pool pod to run",
+    )
+    started = time.monotonic()
+    res = await kubectl(env, "logs", "-f", "-n", env.ns, name, timeout=30)
+    assert (res.returncode, res.stdout) == (0, "first\nlast\n"), res.stderr
+    assert time.monotonic() - started > 1  # it did follow, then ended with the container
+    await eventually(lambda: server.active_log_streams == 0, 5, "the log stream to close")
+
+
+async def test_logs_of_a_pod_in_a_namespace_we_do_not_reflect_is_404(env: Env, server: KubeletServer) -> None:
+    res = await kubectl(env, "logs", "-n", env.stray_ns, "stray")
+    assert res.returncode != 0
+    assert "(NotFound)" in res.stderr, res.stderr  # the apiserver replaces a kubelet's 404 text
+    admin, key = env.consumer.issue_client_cert("logs-admin", ["system:masters"])
+    assert key is not None
+    status, body = await _get(env, f"/containerLogs/{env.stray_ns}/stray/main", cert=(admin, key))
+    assert status == 404
+    assert (
+        body
+        == f'pods "stray" not found: namespace "{env.stray_ns}" is not reflected to the pool by this node'
+    )
+    status, body = await _get(env, f"/containerLogs/{env.ns}/ghost/main", cert=(admin, key))
+    assert status == 404 and 'pods "ghost" not found' in body, body  # the pool's own NotFound
+
+
+# ---------------------------------------------------------------------------------------------- exec
+
+
+async def test_kubectl_exec_echo_goes_through_spdy_from_the_apiserver(
+    env: Env, server: KubeletServer
+) -> None:
+    res = await kubectl(env, "exec", "-n", env.ns, "app", "--", "echo", "hi")
+    assert (res.returncode, res.stdout) == (0, "hi\n"), res.stderr
+    # kubectl offers WebSocket v5; the 1.36 apiserver translates it to SPDY/3.1 toward a kubelet
+    # whose node does not declare ExtendWebSocketsToKubelet.
+    assert server.stream_protocols == {"spdy/v5.channel.k8s.io": 1}
+
+
+async def test_kubectl_exec_propagates_exit_codes(env: Env, server: KubeletServer) -> None:
+    res = await kubectl(env, "exec", "-n", env.ns, "app", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+    assert res.returncode == 3, res.stderr
+    assert res.stdout == "out\n"
+    assert "err\n" in res.stderr
+    res = await kubectl(env, "exec", "-n", env.ns, "app", "--", "sh", "-c", "exit 0")
+    assert res.returncode == 0, res.stderr
+
+
+async def test_kubectl_exec_with_stdin(env: Env, server: KubeletServer) -> None:
+    data = "".join(f"row {i}\n" for i in range(2000))  # several frames' worth
+    res = await kubectl(
+        env, "exec", "-i", "-n", env.ns, "app", "--", "sh", "-c", "cat; echo done", input=data
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == data + "done\n"
+
+
+async def test_kubectl_exec_errors_are_reported(env: Env, server: KubeletServer) -> None:
+    res = await kubectl(env, "exec", "-n", env.ns, "app", "--", "/nonexistent/binary")
+    assert res.returncode != 0
+    assert res.stderr.strip(), "the failure must be explained"
+    res = await kubectl(env, "exec", "-n", env.stray_ns, "stray", "--", "true")
+    assert res.returncode != 0 and "is not reflected to the pool" in res.stderr, res.stderr
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids whose command line contains marker (the fake pool kubelet runs commands locally)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                found.append(int(entry))
+    return found
+
+
+async def start_kubectl_exec(env: Env, command: str) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(
+        str(env.consumer.bin["kubectl"]),
+        f"--kubeconfig={env.consumer.admin_kubeconfig}",
+        "exec", "-n", env.ns, "app", "--", "sh", "-c", command,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    async with asyncio.timeout(30):
+        assert await proc.stdout.readline() == b"started\n"
+    return proc
+
+
+async def test_interrupted_exec_stops_the_remote_process(env: Env, server: KubeletServer) -> None:
+    marker = f"sleep {3600 + int(uuid.uuid4().int % 1000)}"
+    proc = await start_kubectl_exec(env, f"echo started; exec {marker}")
+    try:
+        await eventually(lambda: bool(processes_with(marker)), 10, "the remote process")
+        assert server.active_exec_sessions == 1
+    finally:
+        proc.terminate()
+        await proc.wait()
+    await eventually(lambda: server.active_exec_sessions == 0, 15, "the session to end")
+    await eventually(lambda: not processes_with(marker), 15, "the remote process to be killed")
+
+
+def _drive_tty(
+    argv: list[str], rows: int, cols: int, send: bytes, expect: bytes, timeout: float
+) -> tuple[int, bytes]:
+    """Run argv on a pty of the given size, type ``send`` once ``expect`` shows; (rc, output)."""
+    master, slave = pty.openpty()
+    termios_size = struct.pack("HHHH", rows, cols, 0, 0)
+    import fcntl
+
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, termios_size)
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    out = bytearray()
+    sent = False
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    break  # EIO: the child closed the pty
+                if not chunk:
+                    break
+                out += chunk
+            if not sent and expect in out:
+                os.write(master, send)
+                sent = True
+            if proc.poll() is not None and not ready:
+                break
+        rc = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        os.close(master)
+    return rc, bytes(out)
+
+
+async def test_kubectl_exec_tty_with_resize(env: Env, server: KubeletServer) -> None:
+    # The size is read after our input: the remote process starts when we dial the pool, before the
+    # client's first resize can arrive (the same race a kubelet has with its runtime).
+    script = "test -t 0 && echo is-a-tty; read x; stty size; echo got-$x"
+    argv = [str(env.consumer.bin["kubectl"]), f"--kubeconfig={env.consumer.admin_kubeconfig}",
+            "exec", "-it", "-n", env.ns, "app", "--", "sh", "-c", script]  # fmt: skip
+    rc, out = await asyncio.to_thread(_drive_tty, argv, 33, 101, b"abc\r", b"is-a-tty", 40)
+    text = out.decode(errors="replace")
+    assert rc == 0, text
+    assert "33 101" in text  # our terminal size reached the remote pty through the resize stream
+    assert "got-abc" in text
+
+
+async def test_exec_websocket_passthrough_v5_and_v4(env: Env, server: KubeletServer) -> None:
+    # Declared ExtendWebSocketsToKubelet: the apiserver forwards kubectl's WebSocket v5 unchanged.
+    patch = {"status": {"declaredFeatures": ["ExtendWebSocketsToKubelet"]}}
+    _api_ok(env.consumer, "PATCH", f"/api/v1/nodes/{env.node}/status", patch,
+            content_type="application/merge-patch+json")  # fmt: skip
+    try:
+        node = _api_ok(env.consumer, "GET", f"/api/v1/nodes/{env.node}")
+        assert node["status"].get("declaredFeatures") == ["ExtendWebSocketsToKubelet"], node["status"]
+        res = await kubectl(
+            env, "exec", "-i", "-n", env.ns, "app", "--", "sh", "-c", "cat; exit 4", input="x\n"
+        )
+        assert (res.returncode, res.stdout) == (4, "x\n"), res.stderr
+        assert server.stream_protocols["websocket/v5.channel.k8s.io"] == 1, server.stream_protocols
+    finally:
+        _api_ok(env.consumer, "PATCH", f"/api/v1/nodes/{env.node}/status",
+                {"status": {"declaredFeatures": None}}, content_type="application/merge-patch+json")  # fmt: skip
+    # A v4 client (kubernetes_asyncio's default) is always passed through.
+    admin, admin_key = env.consumer.issue_client_cert("ws-admin", ["system:masters"])
+    assert admin_key is not None
+    ctx = client_context(env, (admin, admin_key))
+    url = f"{env.consumer.url}/api/v1/namespaces/{env.ns}/pods/app/exec".replace("https", "wss")
+    params = [("command", "sh"), ("command", "-c"), ("command", "echo v4; exit 2"), ("stdout", "true")]
+    out, err = b"", b""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(url, params=params, protocols=("v4.channel.k8s.io",), ssl=ctx) as ws,
+    ):
+        assert ws.protocol == "v4.channel.k8s.io"
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.BINARY and msg.data:
+                if msg.data[0] == 1:
+                    out += msg.data[1:]
+                elif msg.data[0] == 3:
+                    err += msg.data[1:]
+    assert out == b"v4\n"
+    status = json.loads(err)
+    assert status["reason"] == "NonZeroExitCode" and status["details"]["causes"][0]["message"] == "2"
+    assert server.stream_protocols["websocket/v4.channel.k8s.io"] == 1
+
+
+async def test_stats_summary_and_pods(env: Env, server: KubeletServer) -> None:
+    # (the apiserver's node proxy refuses loopback node addresses, so ask the kubelet API directly)
+    admin, key = env.consumer.issue_client_cert("stats-admin", ["system:masters"])
+    assert key is not None
+    status, body = await _get(env, "/stats/summary", cert=(admin, key))
+    assert status == 200, body
+    summary = json.loads(body)
+    assert summary["node"]["nodeName"] == env.node and summary["node"]["startTime"]
+    refs = {(p["podRef"]["namespace"], p["podRef"]["name"]) for p in summary["pods"]}
+    assert refs == {(env.ns, "app"), (env.stray_ns, "stray")}
+    assert all(p["podRef"]["uid"] for p in summary["pods"])
+    assert "cpu" not in summary["node"]  # the pool has no metrics API: no usage numbers
+    for path in ("/pods", "/runningpods/"):
+        status, body = await _get(env, path, cert=(admin, key))
+        assert status == 200, body
+        assert [p["metadata"]["name"] for p in json.loads(body)["items"]] == ["app", "stray"]
+
+
+# ---------------------------------------------------------------------------------------------- authn/authz
+
+
+def _token(env: Env, sa: str) -> str:
+    _api_ok(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/serviceaccounts", {"metadata": {"name": sa}})
+    tr = _api_ok(
+        env.consumer,
+        "POST",
+        f"/api/v1/namespaces/{env.ns}/serviceaccounts/{sa}/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 600},
+        },
+    )
+    return str(tr["status"]["token"])
+
+
+def client_context(env: Env, cert: tuple[bytes, bytes] | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cadata=env.consumer.ca_pem.decode())
+    if cert is not None:
+        p = env.workdir / f"client-{uuid.uuid4().hex[:6]}.pem"
+        p.write_bytes(cert[0] + cert[1])
+        p.chmod(0o600)
+        ctx.load_cert_chain(p)
+        p.unlink()
+    return ctx
+
+
+async def _get(
+    env: Env, path: str, *, token: str | None = None, cert: tuple[bytes, bytes] | None = None
+) -> tuple[int, str]:
+    ctx = client_context(env, cert)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"https://127.0.0.1:{env.port}{path}", ssl=ctx, headers=headers) as resp,
+    ):
+        return resp.status, await resp.text()
+
+
+async def test_requests_without_credentials_get_401(env: Env, server: KubeletServer) -> None:
+    assert await _get(env, "/pods") == (401, "Unauthorized")
+    assert (await _get(env, "/pods", token="not-a-real-token"))[0] == 401
+
+
+async def test_service_account_tokens_are_authorized_by_subject_access_review(
+    env: Env, server: KubeletServer
+) -> None:
+    tag = uuid.uuid4().hex[:5]
+    denied = _token(env, f"noproxy-{tag}")
+    status, body = await _get(env, "/pods", token=denied)
+    assert status == 403
+    assert body == (
+        f"Forbidden (user=system:serviceaccount:{env.ns}:noproxy-{tag}, verb=get, resource=nodes, "
+        "subresource(s)=[pods proxy])\n"
+    )
+    allowed = _token(env, f"proxier-{tag}")
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": f"kapi-proxy-{tag}"},
+            "rules": [{"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get", "create"]}]}  # fmt: skip
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"kapi-proxy-{tag}"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": f"kapi-proxy-{tag}",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": f"proxier-{tag}", "namespace": env.ns}],
+    }
+    _api_ok(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+    _api_ok(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+    try:
+        status, body = await _get(env, "/pods", token=allowed)
+        assert status == 200, body
+        assert json.loads(body)["kind"] == "PodList"
+        # nodes/proxy does not grant nodes/stats: the kubelet mapping keeps them apart.
+        assert (await _get(env, "/stats/summary", token=allowed))[0] == 403
+        assert server.auth.stats.token_reviews == 2
+    finally:
+        env.consumer.api("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kapi-proxy-{tag}")
+        env.consumer.api("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/kapi-proxy-{tag}")
+
+
+async def test_client_certificates_authenticate_and_foreign_ones_are_refused(
+    env: Env, server: KubeletServer
+) -> None:
+    admin = env.consumer.issue_client_cert("some-admin", ["system:masters"])
+    assert admin[1] is not None
+    status, body = await _get(env, "/healthz", cert=(admin[0], admin[1]))
+    assert (status, body) == (200, "ok")
+    nobody = env.consumer.issue_client_cert("nobody-in-particular")
+    assert nobody[1] is not None
+    status, body = await _get(env, "/healthz", cert=(nobody[0], nobody[1]))
+    assert status == 403 and "user=nobody-in-particular" in body
+    foreign = CertAuthority.create("someone-else").issue("some-admin", ["system:masters"], client=True)
+    assert foreign.key_pem is not None
+    with pytest.raises(aiohttp.ClientError):
+        await _get(env, "/healthz", cert=(foreign.cert_pem, foreign.key_pem))
+
+
+# ---------------------------------------------------------------------------------------------- TLS life cycle
+
+
+async def test_waits_for_a_serving_certificate_then_rotates_it_without_restarting(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="vkbridge.kubeletapi")
+    holder: dict[str, ssl.SSLContext | None] = {"ctx": None}
+    home = KubeClient(parse_kubeconfig(env.home_kubeconfig), name="consumer")
+    pool = KubeClient(parse_kubeconfig(env.pool_kubeconfig), name="pool")
+    srv = KubeletServer(home, pool, node_name=env.node, listen_host="127.0.0.1", port=0,
+                        ssl_context_provider=lambda: holder["ctx"], client_ca_pem=env.consumer.ca_pem,
+                        remote_namespace=env.remote_namespace, local_pods=lambda: env.pods)  # fmt: skip
+    ca = env.consumer.ca
+    client_ctx = ssl.create_default_context(cadata=env.consumer.ca_pem.decode())
+    try:
+        await srv.start()
+        await eventually(
+            lambda: any("no serving certificate" in r.getMessage() for r in caplog.records), 5, "the log line"
+        )
+        assert not srv.serving and srv.port == 0
+        first = ca.issue(f"system:node:{env.node}", server=True, ips=["127.0.0.1"])
+        assert first.key_pem is not None
+        holder["ctx"] = server_context(first.cert_pem, first.key_pem, env.workdir)
+        await srv.wait_serving(10)
+
+        async def served_serial() -> int:
+            _, writer = await asyncio.open_connection("127.0.0.1", srv.port, ssl=client_ctx)
+            der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+            writer.close()
+            with contextlib.suppress(ConnectionError, ssl.SSLError):
+                await writer.wait_closed()
+            return int(x509.load_der_x509_certificate(der).serial_number)
+
+        assert await served_serial() == x509.load_pem_x509_certificate(first.cert_pem).serial_number
+        second = ca.issue(f"system:node:{env.node}", server=True, ips=["127.0.0.1"])
+        assert second.key_pem is not None
+        holder["ctx"] = server_context(second.cert_pem, second.key_pem, env.workdir)
+        assert await served_serial() == x509.load_pem_x509_certificate(second.cert_pem).serial_number
+        assert srv.tls.rotations == 1
+        # Client certificates still verify against the client CA after the swap.
+        admin, admin_key = env.consumer.issue_client_cert("rotation-admin", ["system:masters"])
+        assert admin_key is not None
+        ctx = client_context(env, (admin, admin_key))
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"https://127.0.0.1:{srv.port}/pods", ssl=ctx) as r,
+        ):
+            assert r.status == 200
+    finally:
+        await srv.stop()
+        await home.close()
+        await pool.close()
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+
+
+async def test_metrics_server_serves_the_registry_and_probes() -> None:
+    metrics = Metrics()
+    metrics.reflected_pods.set(7)
+    state = {"ok": True, "why": ""}
+    srv = MetricsServer(metrics, "127.0.0.1", 0, lambda: (bool(state["ok"]), str(state["why"])))
+    await srv.start()
+    try:
+        base = f"http://127.0.0.1:{srv.port}"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(base + "/metrics") as r:
+                assert r.status == 200 and r.content_type == "text/plain"
+                assert "vkbridge_reflected_pods 7.0" in await r.text()
+            for path in ("/healthz", "/readyz"):
+                async with http.get(base + path) as r:
+                    assert (r.status, await r.text()) == (200, "ok")
+            state.update(ok=False, why="pool unreachable")
+            async with http.get(base + "/readyz") as r:
+                assert (r.status, await r.text()) == (503, "pool unreachable")
+    finally:
+        await srv.stop()
+
+
+# ---------------------------------------------------------------------------------------------- uvloop
+
+
+def test_the_same_paths_on_uvloop(env: Env) -> None:
+    """Production runs on uvloop, whose TLS transport differs (the sniffer hands it over mid-stream)."""
+    import uvloop
+
+    async def scenario() -> None:
+        assert "uvloop" in type(asyncio.get_running_loop()).__module__
+        home = KubeClient(parse_kubeconfig(env.home_kubeconfig), name="consumer")
+        pool = KubeClient(parse_kubeconfig(env.pool_kubeconfig), name="pool")
+        ctx = server_context(*env.serving, env.workdir)
+        srv = KubeletServer(home, pool, node_name=env.node, listen_host="127.0.0.1", port=env.port,
+                            ssl_context_provider=lambda: ctx, client_ca_pem=env.consumer.ca_pem,
+                            remote_namespace=env.remote_namespace, local_pods=lambda: env.pods)  # fmt: skip
+        await srv.start()
+        try:
+            await srv.wait_serving(5)
+            res = await kubectl(env, "exec", "-n", env.ns, "app", "--", "sh", "-c", "echo hi; exit 5")
+            assert (res.returncode, res.stdout) == (5, "hi\n"), res.stderr
+            res = await kubectl(env, "exec", "-i", "-n", env.ns, "app", "--", "cat", input="in\n")
+            assert (res.returncode, res.stdout) == (0, "in\n"), res.stderr
+            res = await kubectl(env, "logs", "-n", env.ns, "app", "--tail=1")
+            assert res.returncode == 0 and res.stdout.startswith("line-"), res.stderr
+            assert srv.stream_protocols == {"spdy/v5.channel.k8s.io": 2}
+            # Stopping the server while a session runs ends it on both sides.
+            marker = f"sleep {5600 + int(uuid.uuid4().int % 1000)}"
+            proc = await start_kubectl_exec(env, f"echo started; exec {marker}")
+            await eventually(lambda: bool(processes_with(marker)), 10, "the remote process")
+        finally:
+            await srv.stop()
+            await home.close()
+            await pool.close()
+        async with asyncio.timeout(20):
+            rc = await proc.wait()
+        assert rc != 0
+        await eventually(lambda: not processes_with(marker), 15, "the remote process to be killed")
+
+    uvloop.run(scenario())
+
+
+async def test_port_forward_is_refused_with_a_clear_message(env: Env, server: KubeletServer) -> None:
+    res = await kubectl(env, "port-forward", "-n", env.ns, "pod/app", f"{free_port()}:80", timeout=30)
+    assert res.returncode != 0
+    assert "port-forward is not implemented by this virtual kubelet" in res.stderr, res.stderr

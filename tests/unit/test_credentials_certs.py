@@ -1,0 +1,345 @@
+"""vkbridge.credentials.certs: verification reasons, CSRs, lifetime math, kubeconfig rewriting."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ipaddress
+from collections.abc import Sequence
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from vkbridge.credentials import certs
+from vkbridge.credentials.certs import CertificateRejected, SigningKey
+from vkbridge.kube.kubeconfig import CertInfo, KubeconfigError, parse_kubeconfig
+
+NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
+CN = "c0123456789ab-0a1b2c3d4e5f"
+ORG = "c-1a2b3c4d"
+
+
+def _ca(cn: str = "pool-ca") -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(NOW - dt.timedelta(days=30))
+        .not_valid_after(NOW + dt.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert
+
+
+CA_KEY, CA = _ca()
+CA_PEM = CA.public_bytes(serialization.Encoding.PEM)
+
+
+def _leaf(
+    pub_key: SigningKey,
+    *,
+    cn: str = CN,
+    orgs: Sequence[str] = (ORG,),
+    not_before: dt.datetime = NOW - dt.timedelta(hours=1),
+    lifetime: dt.timedelta = dt.timedelta(days=1),
+    issuer: tuple[ec.EllipticCurvePrivateKey, x509.Certificate] = (CA_KEY, CA),
+    ips: Sequence[str] = (),
+    extra: Sequence[x509.NameAttribute[str]] = (),
+) -> bytes:
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
+    attrs += [*extra, x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    b = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(attrs))
+        .issuer_name(issuer[1].subject)
+        .public_key(pub_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_before + lifetime)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+    )
+    if ips:
+        b = b.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(i)) for i in ips]),
+            critical=False,
+        )
+    return b.sign(issuer[0], hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+
+@pytest.fixture(scope="module")
+def key() -> ed25519.Ed25519PrivateKey:
+    return ed25519.Ed25519PrivateKey.generate()
+
+
+def verify(cert_pem: bytes, key: SigningKey, **kw: object) -> CertInfo:
+    args: dict[str, object] = {"key": key, "cn": CN, "orgs": (ORG,), "now": NOW, "ca_pem": CA_PEM}
+    args.update(kw)
+    return certs.verify_certificate(cert_pem, **args)  # type: ignore[arg-type]
+
+
+# ---- verification -----------------------------------------------------------------------------------
+
+
+def test_good_certificate_is_accepted_and_described(key: ed25519.Ed25519PrivateKey) -> None:
+    pem = _leaf(key)
+    info = verify(pem, key)
+    assert info.cn == CN and info.orgs == (ORG,)
+    assert info.not_after == NOW - dt.timedelta(hours=1) + dt.timedelta(days=1)
+
+
+def test_not_pem_is_rejected(key: ed25519.Ed25519PrivateKey) -> None:
+    with pytest.raises(CertificateRejected, match="not a PEM certificate"):
+        verify(b"garbage", key)
+
+
+def test_other_ca_is_rejected(key: ed25519.Ed25519PrivateKey) -> None:
+    other = _ca("other-ca")
+    with pytest.raises(CertificateRejected, match="not signed by the expected CA"):
+        verify(_leaf(key, issuer=other), key)
+
+
+def test_same_issuer_name_but_forged_signature_is_rejected(key: ed25519.Ed25519PrivateKey) -> None:
+    forger = _ca("pool-ca")  # same subject as the real CA, different key
+    with pytest.raises(CertificateRejected, match="not signed by the expected CA"):
+        verify(_leaf(key, issuer=forger), key)
+
+
+def test_ca_bundle_with_several_cas_accepts_any_issuer(key: ed25519.Ed25519PrivateKey) -> None:
+    _other_key, other = _ca("other-ca")
+    bundle = other.public_bytes(serialization.Encoding.PEM) + CA_PEM
+    verify(_leaf(key), key, ca_pem=bundle)
+
+
+@pytest.mark.parametrize(
+    ("cn", "orgs", "extra"),
+    [
+        ("admin", (ORG,), ()),
+        (CN, ("c-other",), ()),
+        (CN, (ORG, "system:masters"), ()),
+        (CN, (), ()),
+        (CN, (ORG,), (x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "x"),)),
+    ],
+    ids=["other-cn", "other-org", "extra-group", "no-org", "extra-attribute"],
+)
+def test_subject_must_be_exact(
+    key: ed25519.Ed25519PrivateKey, cn: str, orgs: tuple[str, ...], extra: tuple[x509.NameAttribute[str], ...]
+) -> None:
+    with pytest.raises(CertificateRejected, match=f"is not exactly CN={CN},O={ORG}"):
+        verify(_leaf(key, cn=cn, orgs=orgs, extra=extra), key)
+
+
+def test_other_public_key_is_rejected(key: ed25519.Ed25519PrivateKey) -> None:
+    stranger = ed25519.Ed25519PrivateKey.generate()
+    with pytest.raises(CertificateRejected, match="does not match our private key"):
+        verify(_leaf(stranger), key)
+
+
+def test_expired_is_rejected_with_the_time(key: ed25519.Ed25519PrivateKey) -> None:
+    pem = _leaf(key, not_before=NOW - dt.timedelta(days=2), lifetime=dt.timedelta(days=1))
+    with pytest.raises(CertificateRejected, match="expired at 2026-02-28T12:00:00Z"):
+        verify(pem, key)
+
+
+def test_expiring_exactly_now_is_rejected(key: ed25519.Ed25519PrivateKey) -> None:
+    pem = _leaf(key, not_before=NOW - dt.timedelta(days=1), lifetime=dt.timedelta(days=1))
+    with pytest.raises(CertificateRejected, match="expired"):
+        verify(pem, key)
+
+
+def test_not_yet_valid_beyond_skew_is_rejected_within_skew_accepted(key: ed25519.Ed25519PrivateKey) -> None:
+    future = _leaf(key, not_before=NOW + dt.timedelta(minutes=10))
+    with pytest.raises(CertificateRejected, match="not valid before 2026-03-01T12:10:00Z"):
+        verify(future, key)
+    verify(_leaf(key, not_before=NOW + dt.timedelta(minutes=2)), key)
+    with pytest.raises(CertificateRejected, match="not valid before"):
+        verify(_leaf(key, not_before=NOW + dt.timedelta(minutes=2)), key, skew=dt.timedelta(0))
+
+
+def test_missing_ip_san_is_rejected(key: ed25519.Ed25519PrivateKey) -> None:
+    verify(_leaf(key, ips=["127.0.0.1"]), key, ips=["127.0.0.1"])
+    with pytest.raises(CertificateRejected, match=r"no IP SAN 10\.0\.0\.7"):
+        verify(_leaf(key, ips=["127.0.0.1"]), key, ips=["10.0.0.7"])
+
+
+def test_without_ca_the_chain_is_not_checked(key: ed25519.Ed25519PrivateKey) -> None:
+    verify(_leaf(key, issuer=_ca("anything")), key, ca_pem=None)
+
+
+def test_bad_ca_bundle_is_a_clear_reason(key: ed25519.Ed25519PrivateKey) -> None:
+    with pytest.raises(CertificateRejected, match="CA bundle"):
+        verify(_leaf(key), key, ca_pem=b"not pem")
+
+
+# ---- keys -------------------------------------------------------------------------------------------
+
+
+def test_load_private_key_never_echoes_input() -> None:
+    secret = b"-----BEGIN PRIVATE KEY-----\nTOPSECRETMATERIAL\n-----END PRIVATE KEY-----\n"
+    with pytest.raises(CertificateRejected) as exc:
+        certs.load_private_key(secret)
+    assert "TOPSECRET" not in str(exc.value)
+
+
+@pytest.mark.parametrize("kind", ["ed25519", "ecdsa", "rsa"])
+def test_load_private_key_round_trip(kind: str) -> None:
+    key: SigningKey
+    if kind == "ed25519":
+        key = ed25519.Ed25519PrivateKey.generate()
+    elif kind == "ecdsa":
+        key = ec.generate_private_key(ec.SECP256R1())
+    else:
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    loaded = certs.load_private_key(certs.private_key_pem(key))
+    assert certs.public_key_matches(x509.load_pem_x509_certificate(_leaf(key)), loaded)
+
+
+def test_renew_public_key_is_raw_for_ed25519_and_pem_otherwise(key: ed25519.Ed25519PrivateKey) -> None:
+    raw = certs.renew_public_key(key)
+    assert len(raw) == 32
+    assert raw == key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    assert certs.renew_public_key(ec_key).startswith(b"-----BEGIN PUBLIC KEY-----")
+
+
+# ---- CSRs -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["ed25519", "ecdsa"])
+def test_csr_has_exactly_the_subject_and_our_key(kind: str) -> None:
+    key: SigningKey = (
+        ed25519.Ed25519PrivateKey.generate() if kind == "ed25519" else ec.generate_private_key(ec.SECP256R1())
+    )
+    csr = x509.load_pem_x509_csr(certs.build_csr(key, CN, [ORG]))
+    assert csr.is_signature_valid
+    pairs = sorted((a.oid.dotted_string, str(a.value)) for a in csr.subject)
+    assert pairs == sorted(
+        [(NameOID.COMMON_NAME.dotted_string, CN), (NameOID.ORGANIZATION_NAME.dotted_string, ORG)]
+    )
+    assert certs.public_key_matches(csr, key)
+    assert list(csr.extensions) == []
+
+
+def test_ed25519_csr_is_deterministic(key: ed25519.Ed25519PrivateKey) -> None:
+    assert certs.build_csr(key, CN, [ORG]) == certs.build_csr(key, CN, [ORG])
+
+
+def test_serving_csr_subject_and_san() -> None:
+    key = certs.new_serving_key()
+    assert isinstance(key.curve, ec.SECP256R1)
+    csr = x509.load_pem_x509_csr(certs.serving_csr(key, "c0123456789ab", "127.0.0.1"))
+    assert csr.is_signature_valid
+    assert csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "system:node:c0123456789ab"
+    assert [a.value for a in csr.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == [
+        "system:nodes"
+    ]
+    san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
+    assert san.get_values_for_type(x509.DNSName) == []
+
+
+def test_self_signed_serving_certificate() -> None:
+    key = certs.new_serving_key()
+    pem = certs.self_signed_serving_certificate(key, "node-a", "10.1.2.3", now=NOW)
+    info = certs.verify_certificate(
+        pem, key=key, cn="system:node:node-a", orgs=["liqo.io"], now=NOW, ca_pem=pem, ips=["10.1.2.3"]
+    )
+    assert info.not_after - info.not_before == dt.timedelta(days=365)
+
+
+# ---- lifetime math ----------------------------------------------------------------------------------
+
+
+def test_renew_point_default_is_liqos_two_thirds() -> None:
+    nb, na = NOW, NOW + dt.timedelta(days=365)
+    assert certs.renew_point(nb, na) == na - (na - nb) / 3
+    assert certs.renew_point(nb, na, 0.8) == nb + dt.timedelta(days=292)
+    with pytest.raises(ValueError):
+        certs.renew_point(nb, na, 0)
+    with pytest.raises(ValueError):
+        certs.renew_point(nb, na, 1.5)
+
+
+def test_elapsed_fraction_and_seconds_to_expiry() -> None:
+    nb, na = NOW, NOW + dt.timedelta(minutes=3)
+    assert certs.elapsed_fraction(nb, na, NOW - dt.timedelta(minutes=1)) == 0.0
+    assert certs.elapsed_fraction(nb, na, NOW + dt.timedelta(minutes=2)) == pytest.approx(2 / 3)
+    assert certs.elapsed_fraction(nb, na, NOW + dt.timedelta(minutes=6)) == pytest.approx(2.0)
+    assert certs.elapsed_fraction(nb, nb, NOW) == float("inf")
+    assert certs.seconds_to_expiry(na, NOW) == 180.0
+    assert certs.seconds_to_expiry(na, NOW + dt.timedelta(minutes=4)) == -60.0
+
+
+# ---- kubeconfig ------------------------------------------------------------------------------------
+
+
+def _kubeconfig(key: SigningKey, cert_pem: bytes, *, file_ref: bool = False) -> dict[str, object]:
+    user: dict[str, str] = {"client-key-data": certs.b64(certs.private_key_pem(key))}
+    if file_ref:
+        user["client-certificate"] = "/nonexistent/old.crt"
+    else:
+        user["client-certificate-data"] = certs.b64(cert_pem)
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "pool",
+        "clusters": [
+            {
+                "name": "pool",
+                "cluster": {
+                    "server": "https://127.0.0.1:6443",
+                    "certificate-authority-data": certs.b64(CA_PEM),
+                    "proxy-url": "http://127.0.0.1:3128",
+                },
+            }
+        ],
+        "users": [{"name": "other", "user": {"token": "x"}}, {"name": "tenant", "user": user}],
+        "contexts": [{"name": "pool", "context": {"cluster": "pool", "user": "tenant", "namespace": "ns"}}],
+    }
+
+
+def test_kubeconfig_with_certificate_replaces_only_the_certificate(key: ed25519.Ed25519PrivateKey) -> None:
+    old, new = _leaf(key), _leaf(key, not_before=NOW)
+    doc = _kubeconfig(key, old)
+    out = certs.kubeconfig_with_certificate(doc, new)
+    assert doc["users"][1]["user"]["client-certificate-data"] == certs.b64(old), "input not mutated"  # type: ignore[index]
+    assert certs.kubeconfig_client_certificate(out) == new
+    assert certs.kubeconfig_client_key(out) == certs.private_key_pem(key)
+    assert out["clusters"] == doc["clusters"] and out["contexts"] == doc["contexts"]
+    assert out["users"][0] == doc["users"][0]  # type: ignore[index]
+    creds = parse_kubeconfig(certs.dump_kubeconfig(out))
+    assert creds.client_cert_pem == new and creds.server == "https://127.0.0.1:6443"
+    assert creds.ca_pem == CA_PEM and creds.proxy_url == "http://127.0.0.1:3128"
+    assert certs.load_kubeconfig_doc(certs.dump_kubeconfig(out)) == out
+
+
+def test_kubeconfig_with_certificate_drops_a_file_reference(key: ed25519.Ed25519PrivateKey) -> None:
+    out = certs.kubeconfig_with_certificate(_kubeconfig(key, b"", file_ref=True), _leaf(key))
+    user = out["users"][1]["user"]
+    assert "client-certificate" not in user and "client-certificate-data" in user
+
+
+def test_kubeconfig_without_context_user_is_a_clear_error(key: ed25519.Ed25519PrivateKey) -> None:
+    doc = _kubeconfig(key, _leaf(key))
+    doc["contexts"] = [{"name": "pool", "context": {"cluster": "pool", "user": "ghost"}}]
+    with pytest.raises(KubeconfigError, match="user 'ghost' not found"):
+        certs.kubeconfig_with_certificate(doc, _leaf(key))
+    with pytest.raises(KubeconfigError, match="not a mapping"):
+        certs.load_kubeconfig_doc(b"- a list")
+
+
+def test_decode_pem_field_accepts_liqo_base64_and_plain_pem(key: ed25519.Ed25519PrivateKey) -> None:
+    pem = _leaf(key)
+    assert certs.decode_pem_field(base64.b64encode(pem).decode(), "signedCRT") == pem
+    assert certs.decode_pem_field(pem.decode(), "signedCRT") == pem
+    with pytest.raises(CertificateRejected, match="signedCRT is empty"):
+        certs.decode_pem_field("", "signedCRT")
+    with pytest.raises(CertificateRejected, match="signedCRT is not valid base64"):
+        certs.decode_pem_field("***", "signedCRT")

@@ -1,0 +1,702 @@
+"""Reference counting of referenced Secrets/ConfigMaps (GUIDE §8, DESIGN §1 and §3 invariants 2, 3, 7).
+
+Two parts: the pure index (reflectors.refcount), then the ConfigurationReflector driven end to end
+against a small in-memory API (a fake client at the seam; the real Kubernetes API is exercised by
+tests/integration/test_configuration.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import itertools
+import logging
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from reflectors.configuration import (
+    FOREIGN,
+    ConfigurationPoolUnavailable,
+    ConfigurationReflector,
+    ConfigurationWriteError,
+    missing_message,
+)
+from reflectors.context import ReflectionContext
+from reflectors.forge import constants as c
+from reflectors.refcount import ObjectRef, RefIndex
+from vkbridge.kube.client import ApiError, Resource
+from vkbridge.kube.reachability import PoolState, Reachability
+from vkbridge.logs import JsonFormatter, TextFormatter
+from vkbridge.metrics import Metrics
+
+S1 = ObjectRef("Secret", "team", "db")
+S2 = ObjectRef("Secret", "team", "pull")
+C1 = ObjectRef("ConfigMap", "team", "cfg")
+OTHER_NS = ObjectRef("Secret", "other", "db")
+
+
+# ================================================================================== the pure index
+
+
+def test_object_ref_key_round_trip() -> None:
+    assert S1.key() == "Secret|team|db"
+    assert ObjectRef.from_key(S1.key()) == S1
+    assert str(C1) == "ConfigMap team/cfg"
+
+
+def test_set_pod_then_drop_releases_only_unshared_objects() -> None:
+    idx = RefIndex()
+    assert idx.set_pod("team/a", [S1, C1]) == frozenset()
+    assert idx.set_pod("team/b", [S1]) == frozenset()
+    assert idx.referenced(S1) and idx.referenced(C1)
+    assert idx.pods_referencing(S1) == {"team/a", "team/b"}
+    assert idx.drop_pod("team/a") == {C1}
+    assert idx.referenced(S1) and not idx.referenced(C1)
+    assert idx.drop_pod("team/b") == {S1}
+    assert not idx.referenced(S1)
+    assert len(idx) == 0
+
+
+def test_drop_unknown_pod_and_double_drop_release_nothing() -> None:
+    idx = RefIndex()
+    assert idx.drop_pod("team/ghost") == frozenset()
+    idx.set_pod("team/a", [S1])
+    assert idx.drop_pod("team/a") == {S1}
+    assert idx.drop_pod("team/a") == frozenset()
+
+
+def test_set_pod_again_returns_objects_it_no_longer_references() -> None:
+    idx = RefIndex()
+    idx.set_pod("team/a", [S1, S2])
+    idx.set_pod("team/b", [S2])
+    assert idx.set_pod("team/a", [C1]) == {S1}  # S2 still used by b
+    assert idx.refs_of("team/a") == {C1}
+    assert idx.set_pod("team/a", []) == {C1}
+    assert not idx.tracks("team/a")
+
+
+def test_waiting_is_replaced_and_cleared_by_drop() -> None:
+    idx = RefIndex()
+    idx.set_pod("team/a", [S1, C1])
+    idx.set_waiting("team/a", [S1, C1])
+    idx.set_pod("team/b", [S1])
+    idx.set_waiting("team/b", [S1])
+    assert idx.pods_waiting_for(S1) == {"team/a", "team/b"}
+    idx.set_waiting("team/a", [C1])
+    assert idx.pods_waiting_for(S1) == {"team/b"} and idx.pods_waiting_for(C1) == {"team/a"}
+    idx.drop_pod("team/b")
+    assert not idx.waited_for(S1)
+    idx.set_waiting("team/a", [])
+    assert not idx.waited_for(C1)
+
+
+def test_take_waiting_hands_out_each_waiting_pod_once() -> None:
+    idx = RefIndex()
+    idx.set_waiting("team/a", [S1, C1])
+    idx.set_waiting("team/b", [S1])
+    assert idx.take_waiting(S1) == {"team/a", "team/b"}
+    assert idx.take_waiting(S1) == frozenset()
+    assert idx.pods_waiting_for(C1) == {"team/a"}
+    assert idx.take_waiting(C1) == {"team/a"}
+    assert not idx.waited_for(C1)
+
+
+def test_drop_namespace_forgets_only_that_namespace_and_releases_nothing() -> None:
+    idx = RefIndex()
+    idx.set_pod("team/a", [S1])
+    idx.set_waiting("team/a", [S1])
+    idx.set_pod("other/a", [OTHER_NS])
+    idx.drop_namespace("team")
+    assert not idx.referenced(S1) and not idx.waited_for(S1)
+    assert idx.referenced(OTHER_NS)
+    assert idx.objects() == {OTHER_NS} and idx.objects("team") == frozenset()
+
+
+OBJS = [ObjectRef(k, "ns", n) for k in ("Secret", "ConfigMap") for n in ("a", "b", "c")]
+PODS = ["ns/p1", "ns/p2", "ns/p3"]
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), st.sampled_from(PODS), st.frozensets(st.sampled_from(OBJS))),
+        st.tuples(st.just("drop"), st.sampled_from(PODS), st.just(frozenset())),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops)
+def test_index_matches_a_naive_model(sequence: list[tuple[str, str, frozenset[ObjectRef]]]) -> None:
+    """referenced == used by some pod; released == exactly the objects that just lost their last pod."""
+    idx = RefIndex()
+    model: dict[str, frozenset[ObjectRef]] = {}
+    for op, pod, refs in sequence:
+        before = frozenset().union(*model.values()) if model else frozenset()
+        if op == "set":
+            model[pod] = refs
+            released = idx.set_pod(pod, refs)
+        else:
+            model.pop(pod, None)
+            released = idx.drop_pod(pod)
+        after = frozenset().union(*model.values()) if model else frozenset()
+        assert released == before - after
+        for obj in OBJS:
+            assert idx.referenced(obj) == (obj in after)
+            assert idx.pods_referencing(obj) == {p for p, r in model.items() if obj in r}
+
+
+# ================================================================================== the reflector
+
+LOCAL_ID = "c-1a2b3c4d"
+REMOTE_ID = "c0123456789ab"
+NS, REMOTE_NS = "team", f"team-{LOCAL_ID}"
+ROOT_CA_REMOTE = "kube-root-ca.crt.c-1a2"
+OURS = {c.ORIGIN_LABEL: LOCAL_ID, c.DESTINATION_LABEL: REMOTE_ID}
+SECRET_VALUE = "s3cr3t-" + uuid.uuid4().hex  # must never reach a log line
+SECRET_B64 = base64.b64encode(SECRET_VALUE.encode()).decode()
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+class FakeApi:
+    """The handful of API calls the reflector and Cache make, over an in-memory store with watches."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.generation = 0
+        self.store: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.calls: list[tuple[str, str, str, str]] = []
+        self.deletes: list[tuple[str, str, str | None]] = []
+        self.fail_apply: ApiError | None = None
+        self._rv = itertools.count(100)
+        self._watchers: list[tuple[str, str | None, str | None, asyncio.Queue[dict[str, Any]]]] = []
+
+    # -- test-side helpers
+
+    def put(self, plural: str, obj: dict[str, Any], *, silent: bool = False) -> dict[str, Any]:
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        key = (plural, meta["namespace"], meta["name"])
+        old = self.store.get(key)
+        meta.setdefault("uid", old["metadata"]["uid"] if old else str(uuid.uuid4()))
+        meta["resourceVersion"] = str(next(self._rv))
+        self.store[key] = obj
+        if not silent:
+            self._notify(plural, old, obj)
+        return obj
+
+    def remove(self, plural: str, ns: str, name: str) -> None:
+        old = self.store.pop((plural, ns, name))
+        self._notify(plural, old, None)
+
+    def names(self, plural: str, ns: str) -> set[str]:
+        return {n for (p, s, n) in self.store if p == plural and s == ns}
+
+    def obj(self, plural: str, ns: str, name: str) -> dict[str, Any] | None:
+        return self.store.get((plural, ns, name))
+
+    def writes(self) -> list[tuple[str, str, str, str]]:
+        return [call for call in self.calls if call[0] in ("apply", "patch", "delete")]
+
+    # -- client surface
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        self.calls.append(("get", resource.plural, namespace or "", name))
+        obj = self.store.get((resource.plural, namespace or "", name))
+        if obj is None:
+            raise ApiError(404, "NotFound", f"{resource.plural} {name!r} not found")
+        return copy.deepcopy(obj)
+
+    async def list(self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None,
+                   **_kw: Any) -> dict[str, Any]:  # fmt: skip
+        items = [
+            copy.deepcopy(o)
+            for (p, s, _), o in self.store.items()
+            if p == resource.plural and s == namespace and _selects(label_selector, o)
+        ]
+        return {"items": items, "metadata": {"resourceVersion": str(next(self._rv))}}
+
+    async def watch(self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None,
+                    **_kw: Any) -> AsyncGenerator[dict[str, Any], None]:  # fmt: skip
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        entry = (resource.plural, namespace, label_selector, queue)
+        self._watchers.append(entry)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self._watchers.remove(entry)
+
+    async def apply(self, resource: Resource, body: dict[str, Any], namespace: str | None = None, *,
+                    field_manager: str, force: bool = True) -> dict[str, Any]:  # fmt: skip
+        name = body["metadata"]["name"]
+        self.calls.append(("apply", resource.plural, namespace or "", name))
+        assert field_manager == c.FIELD_MANAGER
+        if self.fail_apply is not None:
+            raise self.fail_apply
+        key = (resource.plural, namespace or "", name)
+        old = self.store.get(key)
+        want_rv = body["metadata"].get("resourceVersion")
+        if old is not None:
+            if want_rv and want_rv != old["metadata"]["resourceVersion"]:
+                raise ApiError(409, "Conflict", "the object has been modified")
+            if not force:
+                raise ApiError(409, "Conflict", "Apply failed with 1 conflict")
+            if old.get("type", "Opaque") != body.get("type", old.get("type", "Opaque")):
+                raise ApiError(422, "Invalid", "type: field is immutable")
+        new = copy.deepcopy(body)
+        new["metadata"].pop("resourceVersion", None)
+        if old is not None:
+            new["metadata"]["uid"] = old["metadata"]["uid"]
+            foreign = {k: v for k, v in (old.get("data") or {}).items() if k in old.get("_foreign_keys", ())}
+            if foreign:
+                new["data"] = {**foreign, **(new.get("data") or {})}
+                new["_foreign_keys"] = old["_foreign_keys"]
+        return copy.deepcopy(self.put(resource.plural, new))
+
+    async def patch(self, resource: Resource, name: str, patch: dict[str, Any], namespace: str | None = None,
+                    **_kw: Any) -> dict[str, Any]:  # fmt: skip
+        self.calls.append(("patch", resource.plural, namespace or "", name))
+        obj = copy.deepcopy(self.store[(resource.plural, namespace or "", name)])
+        want_rv = (patch.get("metadata") or {}).get("resourceVersion")
+        if want_rv and want_rv != obj["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", "the object has been modified")
+        for fld in ("data", "binaryData"):
+            for k, v in (patch.get(fld) or {}).items():
+                if v is None:
+                    obj.setdefault(fld, {}).pop(k, None)
+                else:
+                    obj.setdefault(fld, {})[k] = v
+        obj.pop("_foreign_keys", None)
+        return copy.deepcopy(self.put(resource.plural, obj))
+
+    async def delete(self, resource: Resource, name: str, namespace: str | None = None, *,
+                     preconditions_uid: str | None = None, **_kw: Any) -> dict[str, Any]:  # fmt: skip
+        self.calls.append(("delete", resource.plural, namespace or "", name))
+        self.deletes.append((resource.plural, name, preconditions_uid))
+        key = (resource.plural, namespace or "", name)
+        obj = self.store.get(key)
+        if obj is None:
+            raise ApiError(404, "NotFound", "not found")
+        if preconditions_uid is not None and preconditions_uid != obj["metadata"]["uid"]:
+            raise ApiError(409, "Conflict", "the UID in the precondition does not match")
+        self.remove(*key)
+        return {"kind": "Status"}
+
+    def _notify(self, plural: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        ns = ((new or old) or {})["metadata"]["namespace"]
+        for w_plural, w_ns, selector, queue in self._watchers:
+            if w_plural != plural or w_ns != ns:
+                continue
+            was, now = (
+                old is not None and _selects(selector, old),
+                new is not None and _selects(selector, new),
+            )
+            if was and now:
+                queue.put_nowait({"type": "MODIFIED", "object": copy.deepcopy(new)})
+            elif now:
+                queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(new)})
+            elif was:
+                queue.put_nowait({"type": "DELETED", "object": copy.deepcopy(old)})
+
+
+def _selects(selector: str | None, obj: dict[str, Any]) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, (selector or "").split(",")):
+        k, v = term.split("=", 1)
+        if labels.get(k) != v:
+            return False
+    return True
+
+
+class FakeRecorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str, str]] = []
+
+    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str, **kw: Any) -> None:
+        self.events.append((kw.get("kind") or "", obj["metadata"]["name"], type_, reason, message))
+
+
+def secret(name: str, data: dict[str, str] | None = None, *, type_: str = "Opaque",
+           annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
+           ns: str = NS) -> dict[str, Any]:  # fmt: skip
+    return {
+        "metadata": {"name": name, "namespace": ns, "labels": labels or {}, "annotations": annotations or {}},
+        "type": type_,
+        "data": {k: b64(v) for k, v in (data or {"k": name}).items()},
+    }
+
+
+def configmap(name: str, data: dict[str, str] | None = None, *, ns: str = NS,
+              labels: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    return {"metadata": {"name": name, "namespace": ns, "labels": labels or {}}, "data": data or {"k": name}}
+
+
+def pod(name: str, *, env_secret: str | None = None, volume_cm: str | None = None,
+        pull_secret: str | None = None, root_ca: bool = False, optional_secret: str | None = None,
+        phase: str = "Running", ns: str = NS) -> dict[str, Any]:  # fmt: skip
+    env: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    if env_secret:
+        env.append({"name": "A", "valueFrom": {"secretKeyRef": {"name": env_secret, "key": "k"}}})
+    if optional_secret:
+        env.append({"name": "B", "valueFrom": {"secretKeyRef": {"name": optional_secret, "key": "k",
+                                                                 "optional": True}}})  # fmt: skip
+    if volume_cm:
+        volumes.append({"name": "cfg", "configMap": {"name": volume_cm}})
+    if root_ca:
+        volumes.append({"name": "kube-api-access-x", "projected": {"sources": [
+            {"serviceAccountToken": {"path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        ]}})  # fmt: skip
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "busybox", "env": env}], "volumes": volumes}
+    if pull_secret:
+        spec["imagePullSecrets"] = [{"name": pull_secret}]
+    return {"metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid4())}, "spec": spec,
+            "status": {"phase": phase}}  # fmt: skip
+
+
+class FakePods:
+    def __init__(self) -> None:
+        self.pods: list[dict[str, Any]] = []
+
+    def list(self) -> list[dict[str, Any]]:
+        return list(self.pods)
+
+
+class Env:
+    def __init__(self) -> None:
+        self.home = FakeApi("consumer")
+        self.pool = FakeApi("pool")
+        self.reach = Reachability()
+        self.reach.set(PoolState.CONNECTED)
+        self.recorder = FakeRecorder()
+        self.pods = FakePods()
+        self.ready: list[str] = []
+        self.ctx = ReflectionContext(
+            home=self.home,  # type: ignore[arg-type]
+            pool=self.pool,  # type: ignore[arg-type]
+            node_name=REMOTE_ID,
+            local_cluster_id=LOCAL_ID,
+            remote_cluster_id=REMOTE_ID,
+            tenant_namespace=f"liqo-tenant-{REMOTE_ID}",
+            vk_pod_ip="127.0.0.1",
+            reach=self.reach,
+            recorder=self.recorder,  # type: ignore[arg-type]
+            metrics=Metrics(CollectorRegistry()),
+        )
+        self.refl = ConfigurationReflector(
+            self.ctx, 2, local_pods=self.pods, on_object_ready=self.ready.extend
+        )
+
+    def remote_names(self) -> set[tuple[str, str]]:
+        return {("Secret", n) for n in self.pool.names("secrets", REMOTE_NS)} | {
+            ("ConfigMap", n) for n in self.pool.names("configmaps", REMOTE_NS)
+        }
+
+    def put_remote_copy(self, plural: str, name: str, data: dict[str, str], **kw: Any) -> dict[str, Any]:
+        body = (secret if plural == "secrets" else configmap)(
+            name, data, ns=REMOTE_NS, labels=dict(OURS), **kw
+        )
+        return self.pool.put(plural, body)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[ConfigurationReflector]:
+        async with asyncio.TaskGroup() as tg:
+            self.refl.start_pair(NS, REMOTE_NS, tg.create_task)
+            workers = tg.create_task(self.refl.run())
+            await asyncio.wait_for(self.refl.wait_synced(NS), 2)
+            try:
+                yield self.refl
+            finally:
+                self.refl.stop()
+                self.refl.stop_pair(NS)
+                await workers
+
+
+async def eventually(cond: Callable[[], Any], what: str, timeout: float = 2.0) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def settled(env: Env) -> None:
+    """Let queued keys run: the queue empty and nothing in flight, twice in a row."""
+    for _ in range(2):
+        await eventually(lambda: len(env.refl.queue) == 0 and env.refl.queue.in_flight == 0, "an idle queue")
+        await asyncio.sleep(0.05)
+
+
+async def test_ensure_applies_exactly_the_referenced_objects() -> None:
+    env = Env()
+    env.home.put("secrets", secret("db", {"password": SECRET_VALUE}))
+    env.home.put(
+        "secrets", secret("pull", {".dockerconfigjson": "{}"}, type_="kubernetes.io/dockerconfigjson")
+    )
+    env.home.put("secrets", secret("unrelated"))
+    env.home.put("configmaps", configmap("cfg"))
+    env.home.put("configmaps", configmap("unused"))
+    env.home.put("configmaps", configmap("kube-root-ca.crt", {"ca.crt": "PEM"}))
+    async with env.running() as refl:
+        missing = await refl.ensure_for_pod(NS, pod("web", env_secret="db", volume_cm="cfg", pull_secret="pull",
+                                                    root_ca=True))  # fmt: skip
+        assert missing == []
+        assert env.remote_names() == {("Secret", "db"), ("Secret", "pull"), ("ConfigMap", "cfg"),
+                                      ("ConfigMap", ROOT_CA_REMOTE)}  # fmt: skip
+        copy_ = env.pool.obj("secrets", REMOTE_NS, "db")
+        assert copy_ is not None
+        assert copy_["data"] == {"password": SECRET_B64}
+        assert copy_["type"] == "Opaque"
+        assert copy_["metadata"]["labels"] == OURS
+        pull = env.pool.obj("secrets", REMOTE_NS, "pull")
+        assert pull is not None and pull["type"] == "kubernetes.io/dockerconfigjson"
+        ca = env.pool.obj("configmaps", REMOTE_NS, ROOT_CA_REMOTE)
+        assert ca is not None and ca["data"] == {"ca.crt": "PEM"}
+        await settled(env)
+        writes = len(env.pool.writes())
+        # Same references again (a second pod, or a re-handle): nothing more is written.
+        assert await refl.ensure_for_pod(NS, pod("web2", env_secret="db", root_ca=True)) == []
+        await settled(env)
+        assert len(env.pool.writes()) == writes
+
+
+async def test_concurrent_pods_sharing_objects_write_each_object_once() -> None:
+    env = Env()
+    env.home.put("secrets", secret("db"))
+    env.home.put("configmaps", configmap("kube-root-ca.crt"))
+    async with env.running() as refl:
+        results = await asyncio.gather(
+            *(refl.ensure_for_pod(NS, pod(f"p{i}", env_secret="db", root_ca=True)) for i in range(20))
+        )
+        assert all(r == [] for r in results)
+        await settled(env)
+        applies = [call for call in env.pool.writes() if call[0] == "apply"]
+        assert sorted(name for *_, name in applies) == sorted(["db", ROOT_CA_REMOTE])
+
+
+async def test_missing_object_blocks_until_it_appears_then_pods_are_requeued() -> None:
+    env = Env()
+    async with env.running() as refl:
+        missing = await refl.ensure_for_pod(NS, pod("web", env_secret="db", optional_secret="maybe"))
+        assert missing == ['Secret "db" (not found)']  # the optional one never blocks
+        message = missing_message(missing)
+        assert 'Secret "db"' in message and "maybe" not in message
+        assert env.remote_names() == set()
+        env.home.put("secrets", secret("db"))
+        await eventually(lambda: env.ready == ["team/web"], "the waiting pod to be re-queued")
+        assert ("Secret", "db") in env.remote_names()
+        assert await refl.ensure_for_pod(NS, pod("web", env_secret="db", optional_secret="maybe")) == []
+        # The optional one, once it exists, is reflected too (the pool pod may use it).
+        env.home.put("secrets", secret("maybe"))
+        await eventually(lambda: ("Secret", "maybe") in env.remote_names(), "the optional Secret reflected")
+
+
+async def test_object_created_with_the_pod_is_found_despite_a_lagging_cache() -> None:
+    env = Env()
+    async with env.running() as refl:
+        env.home.put("secrets", secret("db"), silent=True)  # the watch has not delivered it yet
+        assert await refl.ensure_for_pod(NS, pod("web", env_secret="db")) == []
+        assert ("Secret", "db") in env.remote_names()
+
+
+async def test_policy_skips_are_reported_and_never_copied() -> None:
+    env = Env()
+    env.home.put("secrets", secret("tok", type_=c.SERVICE_ACCOUNT_TOKEN_SECRET_TYPE))
+    env.home.put("secrets", secret("denied", annotations={c.SKIP_REFLECTION_ANNOTATION: "true"}))
+    env.home.put("configmaps", configmap("cfg"))
+    async with env.running() as refl:
+        p = pod("web", env_secret="tok", volume_cm="cfg")
+        p["spec"]["imagePullSecrets"] = [{"name": "denied"}]
+        missing = await refl.ensure_for_pod(NS, p)
+        assert len(missing) == 2
+        assert any(m.startswith('Secret "tok" (') and "service account" in m for m in missing)
+        assert any(m.startswith('Secret "denied" (') and c.SKIP_REFLECTION_ANNOTATION in m for m in missing)
+        assert env.remote_names() == {("ConfigMap", "cfg")}
+        # Switching to skip later deletes the existing copy.
+        env.home.put("configmaps", {**configmap("cfg"), "metadata": {
+            "name": "cfg", "namespace": NS, "annotations": {c.SKIP_REFLECTION_ANNOTATION: "true"}}})  # fmt: skip
+        await eventually(lambda: env.remote_names() == set(), "the skipped copy deleted")
+        assert any(e[3] == c.EVENT_REFLECTION_DISABLED for e in env.recorder.events)
+
+
+async def test_shared_secret_lives_until_the_last_pod_releases_it() -> None:
+    env = Env()
+    env.home.put("secrets", secret("db"))
+    async with env.running() as refl:
+        assert await refl.ensure_for_pod(NS, pod("a", env_secret="db")) == []
+        assert await refl.ensure_for_pod(NS, pod("b", env_secret="db")) == []
+        uid = env.pool.obj("secrets", REMOTE_NS, "db")["metadata"]["uid"]  # type: ignore[index]
+        refl.release_pod("team/a")
+        await settled(env)
+        assert ("Secret", "db") in env.remote_names()
+        refl.release_pod("team/b")
+        await eventually(lambda: ("Secret", "db") not in env.remote_names(), "the Secret deleted")
+        assert ("secrets", "db", uid) in env.pool.deletes  # UID precondition
+        assert env.home.obj("secrets", NS, "db") is not None  # the local one is never touched
+
+
+async def test_local_update_is_reapplied_and_remote_drift_reverted() -> None:
+    env = Env()
+    env.home.put("secrets", secret("db", {"password": "one"}))
+    async with env.running() as refl:
+        assert await refl.ensure_for_pod(NS, pod("a", env_secret="db")) == []
+        env.home.put("secrets", secret("db", {"password": "two"}))
+        await eventually(lambda: env.pool.obj("secrets", REMOTE_NS, "db")["data"] == {"password": b64("two")},  # type: ignore[index]
+                         "the update reflected")  # fmt: skip
+        env.put_remote_copy("secrets", "db", {"password": "tampered"})
+        await eventually(lambda: env.pool.obj("secrets", REMOTE_NS, "db")["data"] == {"password": b64("two")},  # type: ignore[index]
+                         "drift reverted")  # fmt: skip
+        drifted = env.pool.obj("secrets", REMOTE_NS, "db")
+        assert drifted is not None
+        drifted = copy.deepcopy(drifted)
+        drifted["data"]["extra"] = b64("added on the pool")
+        drifted["_foreign_keys"] = ["extra"]
+        env.pool.put("secrets", drifted)
+        await eventually(lambda: "extra" not in env.pool.obj("secrets", REMOTE_NS, "db")["data"],  # type: ignore[index]
+                         "a key added on the pool removed")  # fmt: skip
+        env.pool.remove("secrets", REMOTE_NS, "db")
+        await eventually(lambda: ("Secret", "db") in env.remote_names(), "the deleted copy re-created")
+
+
+async def test_type_change_recreates_the_copy() -> None:
+    env = Env()
+    env.home.put("secrets", secret("db"))
+    async with env.running() as refl:
+        assert await refl.ensure_for_pod(NS, pod("a", env_secret="db")) == []
+        old_uid = env.pool.obj("secrets", REMOTE_NS, "db")["metadata"]["uid"]  # type: ignore[index]
+        env.home.remove("secrets", NS, "db")
+        env.home.put("secrets", secret("db", {"tls.crt": "c", "tls.key": "k"}, type_="kubernetes.io/tls"))
+
+        def recreated() -> bool:
+            obj = env.pool.obj("secrets", REMOTE_NS, "db")
+            return (
+                obj is not None and obj["type"] == "kubernetes.io/tls" and obj["metadata"]["uid"] != old_uid
+            )
+
+        await eventually(recreated, "the copy re-created with the new type")
+
+
+async def test_local_delete_removes_the_copy_and_the_pod_waits_again() -> None:
+    env = Env()
+    env.home.put("secrets", secret("db"))
+    async with env.running() as refl:
+        assert await refl.ensure_for_pod(NS, pod("a", env_secret="db")) == []
+        env.home.remove("secrets", NS, "db")
+        await eventually(lambda: env.remote_names() == set(), "the copy deleted with its local object")
+        assert await refl.ensure_for_pod(NS, pod("a", env_secret="db")) == ['Secret "db" (not found)']
+
+
+async def test_foreign_object_of_the_same_name_is_never_touched() -> None:
+    env = Env()
+    env.home.put("secrets", secret("db"))
+    foreign = env.pool.put("secrets", secret("db", {"theirs": "x"}, ns=REMOTE_NS))
+    async with env.running() as refl:
+        missing = await refl.ensure_for_pod(NS, pod("a", env_secret="db"))
+        assert missing == [f'Secret "db" ({FOREIGN})']
+        refl.release_pod("team/a")
+        await settled(env)
+        assert env.pool.obj("secrets", REMOTE_NS, "db") == foreign
+        assert not env.pool.writes()
+        assert [(e[0], e[3]) for e in env.recorder.events] == [("Secret", c.EVENT_FAILED_REFLECTION)]
+
+
+async def test_pool_away_parks_writes_and_resumes_when_it_returns() -> None:
+    env = Env()
+    env.home.put("secrets", secret("db"))
+    env.home.put("secrets", secret("later"))
+    async with env.running() as refl:
+        assert await refl.ensure_for_pod(NS, pod("a", env_secret="db")) == []
+        env.reach.set(PoolState.LOST)
+        with pytest.raises(ConfigurationPoolUnavailable):
+            await refl.ensure_for_pod(NS, pod("b", env_secret="later"))
+        refl.release_pod("team/a")
+        await settled(env)
+        assert ("Secret", "db") in env.remote_names()  # nothing written while away
+        assert refl.parked
+        env.reach.set(PoolState.CONNECTED)
+        await eventually(lambda: ("Secret", "db") not in env.remote_names(), "the parked delete done")
+        assert await refl.ensure_for_pod(NS, pod("b", env_secret="later")) == []
+
+
+async def test_sweep_at_start_deletes_only_unreferenced_copies_of_ours() -> None:
+    env = Env()
+    env.home.put("secrets", secret("used"))
+    env.put_remote_copy("secrets", "used", {"k": "used"})
+    env.put_remote_copy("secrets", "leftover", {"k": "x"})
+    env.put_remote_copy("configmaps", ROOT_CA_REMOTE, {"ca.crt": "PEM"})
+    token = secret("p-token", ns=REMOTE_NS, labels=dict(OURS), annotations={
+        c.SA_SECRET_FOR_POD_NAME_KEY: "p", c.SA_SECRET_FOR_SERVICE_ACCOUNT_KEY: "default"})  # fmt: skip
+    env.pool.put("secrets", token)
+    env.pool.put("secrets", secret("foreign", ns=REMOTE_NS))
+    env.pods.pods = [pod("alive", env_secret="used"), pod("done", root_ca=True, phase="Succeeded")]
+    async with env.running() as refl:
+        await eventually(lambda: env.remote_names() == {("Secret", "used"), ("Secret", "p-token"),
+                                                        ("Secret", "foreign")}, "the sweep")  # fmt: skip
+        # The live pod is tracked again by the pod reflector; when it ends, its Secret goes.
+        refl.track_pod(NS, env.pods.pods[0])
+        await settled(env)
+        refl.release_pod("team/alive")
+        await eventually(lambda: ("Secret", "used") not in env.remote_names(), "the tracked Secret released")
+
+
+async def test_secret_values_never_reach_logs_or_errors(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    env = Env()
+    env.home.put("secrets", secret("db", {"password": SECRET_VALUE}))
+    async with env.running() as refl:
+        assert await refl.ensure_for_pod(NS, pod("a", env_secret="db")) == []
+        env.home.put("secrets", secret("db", {"password": SECRET_VALUE + "-2"}))
+        await eventually(lambda: env.pool.obj("secrets", REMOTE_NS, "db")["data"]  # type: ignore[index]
+                         == {"password": b64(SECRET_VALUE + "-2")}, "update")  # fmt: skip
+        env.home.put("secrets", secret("bad", {"password": SECRET_VALUE}))
+        env.pool.fail_apply = ApiError(
+            422, "Invalid", f'data[password]: Invalid value: "{SECRET_VALUE}" / {SECRET_B64}'
+        )
+        with pytest.raises(ConfigurationWriteError) as info:
+            await refl.ensure_for_pod(NS, pod("b", env_secret="bad"))
+        assert "422" in str(info.value) and "bad" in str(info.value)
+        env.pool.fail_apply = None
+        refl.release_pod("team/a")
+        await eventually(lambda: ("Secret", "db") not in env.remote_names(), "release")
+    lines = "\n".join(f.format(r) for r in caplog.records for f in (TextFormatter(), JsonFormatter()))
+    text = lines + str(info.value) + repr(env.recorder.events)
+    assert SECRET_VALUE not in text
+    assert SECRET_B64 not in text
+    assert "object=team/db" in lines  # names are logged
+
+
+async def test_ensure_before_the_pair_synced_raises_not_ready() -> None:
+    from reflectors.configuration import ConfigurationNotReady
+
+    env = Env()
+    with pytest.raises(ConfigurationNotReady):
+        await env.refl.ensure_for_pod(NS, pod("a", env_secret="db"))
+    assert not env.refl.synced(NS)
+    assert await env.refl.wait_synced(NS) is False
+
+
+async def test_stop_pair_forgets_the_namespace_and_leaves_copies_alone() -> None:
+    env = Env()
+    env.home.put("secrets", secret("db"))
+    async with env.running() as refl:
+        assert await refl.ensure_for_pod(NS, pod("a", env_secret="db")) == []
+        refl.stop_pair(NS)
+        assert not refl.index.referenced(S1)
+        refl.release_pod("team/a")
+        await asyncio.sleep(0.1)
+        assert ("Secret", "db") in env.remote_names()
