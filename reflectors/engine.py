@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reflectors.context import ReflectionContext
+from reflectors.events import RemoteEventReflector
 from reflectors.fallback import FallbackReflector
 from reflectors.forge import constants as c
 from reflectors.forge import pods as fp
@@ -60,6 +61,7 @@ class ReflectionEngine:
         admission: Admission,
         *,
         pod_workers: int = 10,
+        event_workers: int = 3,
         inactivity_timeout: float = 60.0,
     ) -> None:
         self.ctx = ctx
@@ -87,6 +89,9 @@ class ReflectionEngine:
         self.waiting: dict[str, str] = {}  # keys waiting for the grant -> creationTimestamp (oldest first)
         self.pods = PodReflector(ctx, self.local_pods, admission, self._on_grant_wait, self._on_release)
         self.fallback = FallbackReflector(ctx)
+        self.events = RemoteEventReflector(
+            ctx, self.local_pods, event_workers, inactivity_timeout=inactivity_timeout
+        )
         self._selector = remote_selector(ctx.node_name, ctx.local_cluster_id, ctx.remote_cluster_id)
         self._tg: asyncio.TaskGroup | None = None
         self._pairs_dirty = asyncio.Event()
@@ -116,11 +121,13 @@ class ReflectionEngine:
                 name="pod-workers",
             )
             tg.create_task(self._gauges_loop(), name="reflection-gauges")
+            tg.create_task(self.events.run(), name="event-workers")
             for key in self.local_pods.keys():
                 self.queue.add(key)
 
     def stop(self) -> None:
         self.queue.shutdown()
+        self.events.stop()
 
     # ------------------------------------------------------------------------------------------ pairs
 
@@ -149,11 +156,13 @@ class ReflectionEngine:
             pair.tasks.append(self._tg.create_task(cache.run(), name=f"cache-{cache.name}"))
         pair.tasks.append(self._tg.create_task(self._when_synced(pair), name=f"pair-sync-{local}"))
         self.pairs[local] = pair
+        self.events.start_pair(local, remote, self._tg.create_task)
         log.info("reflection starting", namespace=local, remote=remote)
 
     def _stop_pair(self, pair: NamespacePair) -> None:
         for task in pair.tasks:
             task.cancel()
+        self.events.stop_pair(pair.local)
         log.info("reflection stopped", namespace=pair.local, remote=pair.remote)
         self._requeue_namespace(pair.local)
 

@@ -184,7 +184,9 @@ class VirtualKubelet:
             disable_ip_reflection=s.disable_ip_reflection, offloading_patch=offloading_patch,
         )  # fmt: skip
         admission = Admission(Grant())
-        engine = ReflectionEngine(ctx, admission, pod_workers=s.pod_reflection_workers)
+        engine = ReflectionEngine(
+            ctx, admission, pod_workers=s.pod_reflection_workers, event_workers=s.event_reflection_workers
+        )
         self.engine = engine
 
         def on_grant(*_: Any) -> None:

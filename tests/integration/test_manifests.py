@@ -342,7 +342,7 @@ def test_rbac_grants_what_vkbridge_uses_and_nothing_near_it(consumer: ControlPla
             ("create", "pods", "team-a", "p", "eviction", no),
             ("create", "events", "team-a", "", "", yes),
             ("patch", "events", "team-a", "e", "", yes),
-            ("delete", "events", "team-a", "e", "", no),
+            ("delete", "events", "team-a", "e", "", yes),
             # configuration reflection reads; the one Secret it writes is its own kubeconfig
             ("list", "secrets", "", "", "", yes),
             ("watch", "configmaps", "", "", "", yes),
