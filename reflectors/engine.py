@@ -10,9 +10,14 @@ is not offloaded at all goes to the fallback. While the pool is away, keys that 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from reflectors.configuration import (
+    ConfigurationNotReady,
+    ConfigurationPoolUnavailable,
+    ConfigurationReflector,
+)
 from reflectors.context import ReflectionContext
 from reflectors.events import RemoteEventReflector
 from reflectors.fallback import FallbackReflector
@@ -62,6 +67,9 @@ class ReflectionEngine:
         *,
         pod_workers: int = 10,
         event_workers: int = 3,
+        configuration_workers: int = 3,
+        secret_policy: str = c.POLICY_DENY_LIST,
+        configmap_policy: str = c.POLICY_DENY_LIST,
         inactivity_timeout: float = 60.0,
     ) -> None:
         self.ctx = ctx
@@ -87,7 +95,18 @@ class ReflectionEngine:
         self.pairs: dict[str, NamespacePair] = {}
         self.parked: set[str] = set()
         self.waiting: dict[str, str] = {}  # keys waiting for the grant -> creationTimestamp (oldest first)
-        self.pods = PodReflector(ctx, self.local_pods, admission, self._on_grant_wait, self._on_release)
+        self.configuration = ConfigurationReflector(
+            ctx,
+            configuration_workers,
+            local_pods=self.local_pods,
+            on_object_ready=self._requeue_pods,
+            secret_policy=secret_policy,
+            configmap_policy=configmap_policy,
+            inactivity_timeout=inactivity_timeout,
+        )
+        self.pods = PodReflector(
+            ctx, self.local_pods, admission, self._on_grant_wait, self._on_release, self.configuration
+        )
         self.fallback = FallbackReflector(ctx)
         self.events = RemoteEventReflector(
             ctx, self.local_pods, event_workers, inactivity_timeout=inactivity_timeout
@@ -107,6 +126,7 @@ class ReflectionEngine:
             self._tg = tg
             tg.create_task(self.local_pods.run(), name="cache-local-pods")
             tg.create_task(self.namespace_maps.run(), name="cache-namespacemaps")
+            tg.create_task(self.configuration.run(), name="configuration-workers")
             await self.namespace_maps.wait_synced()
             await self.local_pods.wait_synced()
             log.info(
@@ -128,6 +148,7 @@ class ReflectionEngine:
     def stop(self) -> None:
         self.queue.shutdown()
         self.events.stop()
+        self.configuration.stop()
 
     # ------------------------------------------------------------------------------------------ pairs
 
@@ -154,6 +175,7 @@ class ReflectionEngine:
         pair.shadows.subscribe(lambda _t, _o, new: self._account(pair, new))
         for cache in pair.caches():
             pair.tasks.append(self._tg.create_task(cache.run(), name=f"cache-{cache.name}"))
+        self.configuration.start_pair(local, remote, self._tg.create_task)
         pair.tasks.append(self._tg.create_task(self._when_synced(pair), name=f"pair-sync-{local}"))
         self.pairs[local] = pair
         self.events.start_pair(local, remote, self._tg.create_task)
@@ -163,12 +185,14 @@ class ReflectionEngine:
         for task in pair.tasks:
             task.cancel()
         self.events.stop_pair(pair.local)
+        self.configuration.stop_pair(pair.local)
         log.info("reflection stopped", namespace=pair.local, remote=pair.remote)
         self._requeue_namespace(pair.local)
 
     async def _when_synced(self, pair: NamespacePair) -> None:
         await pair.shadows.wait_synced()
         await pair.remote_pods.wait_synced()
+        await self.configuration.wait_synced(pair.local)
         log.info(
             "reflection started",
             namespace=pair.local,
@@ -181,7 +205,10 @@ class ReflectionEngine:
             self._requeue_waiting()
 
     def all_pairs_synced(self) -> bool:
-        return all(p.synced for p in self.pairs.values())
+        return all(self._pair_synced(p) for p in self.pairs.values())
+
+    def _pair_synced(self, pair: NamespacePair) -> bool:
+        return pair.synced and self.configuration.synced(pair.local)
 
     def _account(self, pair: NamespacePair, shadow: Mapping[str, Any] | None) -> None:
         """Existing ShadowPods count against the grant from the moment we see them (restart safety)."""
@@ -204,16 +231,23 @@ class ReflectionEngine:
                     return None  # offloading requested, mapping not Accepted (yet): wait, never abort
                 await self.fallback.handle(key, self.local_pods.get(key))
                 return None
-            if not pair.synced:
+            if not self._pair_synced(pair):
                 if not self.ctx.reach.connected:
                     self.parked.add(key)
                 return None  # queued again by _when_synced
             if self.local_pods.get(key) is not None and not self.all_pairs_synced():
                 return RequeueAfter(1.0)  # admission needs every pair's ShadowPods counted first
             return await self.pods.handle(key, pair)
-        except PoolUnavailable:
+        except (PoolUnavailable, ConfigurationPoolUnavailable):
             self.parked.add(key)
             return None
+        except ConfigurationNotReady:
+            return RequeueAfter(1.0)
+
+    def _requeue_pods(self, keys: Collection[str]) -> None:
+        """Pods that waited for a Secret/ConfigMap which now exists on the pool."""
+        for key in keys:
+            self.queue.add(key)
 
     def _on_local(self, _type: str, old: Any, new: Any) -> None:
         obj = new if new is not None else old
@@ -282,6 +316,7 @@ class ReflectionEngine:
         m = self.ctx.metrics
         while True:
             m.queue_depth.labels(queue="pods").set(len(self.queue))
+            m.queue_depth.labels(queue="configuration").set(len(self.configuration.queue))
             m.pods_waiting_for_grant.set(len(self.waiting))
             m.reflected_pods.set(sum(len(p.shadows) for p in self.pairs.values()))
             for resource, value in self.admission.grant.resources.items():

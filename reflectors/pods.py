@@ -8,10 +8,10 @@ the grant checked before anything is sent, and remote writes parked while the po
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, Protocol
 
 from reflectors.context import ReflectionContext
 from reflectors.forge import constants as c
@@ -39,6 +39,18 @@ PENDING_COALESCE_SECONDS = 0.25
 CREATION_GRACE_SECONDS = 30.0
 
 
+class ConfigurationPort(Protocol):
+    """The configuration reflector as the pod reflector sees it (a sibling module: no import)."""
+
+    async def ensure_for_pod(self, pair_local: str, pod: Mapping[str, Any]) -> list[str]: ...
+
+    def track_pod(self, pair_local: str, pod: Mapping[str, Any]) -> None: ...
+
+    def release_pod(self, pod_key: str) -> None: ...
+
+    def missing_message(self, missing: Iterable[str]) -> str: ...
+
+
 class PoolUnavailable(Exception):
     """Raised before (or instead of) a remote write while the pool is not Connected: the key is parked."""
 
@@ -56,6 +68,7 @@ class PodInfo:
     running_logged: bool = False
     pending_change_since: float | None = None
     waiting_message: str | None = None
+    config_message: str | None = None
     hinted_no_requests: bool = False
 
 
@@ -67,12 +80,14 @@ class PodReflector:
         admission: Admission,
         on_grant_wait: Callable[[str, str], None],
         on_release: Callable[[str], None],
+        configuration: ConfigurationPort,
     ) -> None:
         self.ctx = ctx
         self.local_pods = local_pods
         self.admission = admission
         self._on_grant_wait = on_grant_wait
         self._on_release = on_release
+        self.configuration = configuration
         self.infos: dict[str, PodInfo] = {}
 
     # ------------------------------------------------------------------------------------------ entry
@@ -85,6 +100,7 @@ class PodReflector:
 
         if local is None:
             self._release(key)
+            self.configuration.release_pod(key)
             self.infos.pop(key, None)
             if shadow is not None and not fp.is_terminating(shadow):
                 await self._delete_shadow(key, shadow, "local pod gone")
@@ -92,6 +108,7 @@ class PodReflector:
 
         info = self.infos.setdefault(key, PodInfo())
         if fp.is_terminating(local):
+            self.configuration.release_pod(key)
             return await self._handle_terminating(key, local, shadow, remote, pair)
 
         if (
@@ -101,10 +118,12 @@ class PodReflector:
             if shadow is not None and not fp.is_terminating(shadow):
                 await self._delete_shadow(key, shadow, "pod was aborted")
             self._release(key)
+            self.configuration.release_pod(key)
             return None
 
         if fp.is_terminal(local) and (remote is None or fp.phase_of(remote) == fp.phase_of(local)):
             self._release(key)  # terminal is final: never re-created (liqo#3096), share freed (liqo#3137)
+            self.configuration.release_pod(key)
             return None
 
         if shadow is None:
@@ -123,6 +142,7 @@ class PodReflector:
         if info.created_at is None:
             info.created_at = time.monotonic() - CREATION_GRACE_SECONDS  # found at start-up
         self.charge_existing(key, shadow)
+        self.configuration.track_pod(pair.local, local)
         if not fp.has_remote_unavailable_label(local):
             await self._sync_metadata(key, local, shadow, pair)
         return await self._sync_status(key, local, shadow, remote, info)
@@ -184,6 +204,21 @@ class PodReflector:
         if info.waiting_message is not None:
             log.info("pod admitted by the grant", pod=key)
             info.waiting_message = None
+
+        try:
+            missing = await self.configuration.ensure_for_pod(pair.local, local)
+        except Exception:
+            self._release(key)  # no grant share held while its Secrets/ConfigMaps cannot be written
+            raise
+        if missing:
+            self._release(key)  # its grant share goes back while it waits
+            message = self.configuration.missing_message(missing)
+            if info.config_message != message:
+                info.config_message = message
+                log.info("pod waits for referenced objects", pod=key, missing=", ".join(missing))
+                self.ctx.recorder.event(local, "Warning", c.EVENT_FAILED_REFLECTION, message)
+            return None
+        info.config_message = None
 
         self._require_pool()
         body = forge_shadowpod(

@@ -185,8 +185,10 @@ class VirtualKubelet:
         )  # fmt: skip
         admission = Admission(Grant())
         engine = ReflectionEngine(
-            ctx, admission, pod_workers=s.pod_reflection_workers, event_workers=s.event_reflection_workers
-        )
+            ctx, admission, pod_workers=s.pod_reflection_workers, event_workers=s.event_reflection_workers,
+            configuration_workers=max(s.secret_reflection_workers, s.configmap_reflection_workers, 1),
+            secret_policy=s.secret_reflection_type, configmap_policy=s.configmap_reflection_type,
+        )  # fmt: skip
         self.engine = engine
 
         def on_grant(*_: Any) -> None:

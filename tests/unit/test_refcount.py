@@ -131,7 +131,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(ops)
 def test_index_matches_a_naive_model(sequence: list[tuple[str, str, frozenset[ObjectRef]]]) -> None:
     """referenced == used by some pod; released == exactly the objects that just lost their last pod."""

@@ -1,0 +1,739 @@
+"""Referenced Secrets and ConfigMaps -> their copies on the pool, reference-counted (DESIGN §1, GUIDE §8).
+
+Liqo reflects every object of a reflected namespace (LIQO §5); Extend promises the pool sees only what an
+offloaded pod references. So the pod reflector calls ``ensure_for_pod`` before it creates a ShadowPod
+(the copies must exist when the pool starts the pod) and ``release_pod`` once the pod is gone or
+terminal: a copy lives while one non-terminal reflected pod references its local object. Our own queue
+keeps the copies level-consistent afterwards: local edits are re-applied, remote drift is reverted, a
+local object that appears releases the pods waiting for it.
+
+Secret data is copied, compared and hashed, never logged: log lines, events and errors name objects only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import copy
+import hashlib
+import json
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from reflectors.context import ReflectionContext
+from reflectors.forge import constants as c
+from reflectors.forge import pods as fp
+from reflectors.forge.configuration import (
+    SKIP_SA_TOKEN,
+    configmap_skip_reason,
+    forge_remote_configmap,
+    forge_remote_secret,
+    is_service_account_secret,
+    secret_skip_reason,
+)
+from reflectors.forge.labels import is_reflected, reflected_label_selector
+from reflectors.forge.names import local_configmap_name, remote_configmap_name
+from reflectors.forge.references import CONFIGMAP, SECRET, pod_references
+from reflectors.refcount import ObjectRef, RefIndex
+from vkbridge.kube.cache import Cache
+from vkbridge.kube.client import CONFIGMAPS, SECRETS, ApiError, Resource
+from vkbridge.kube.reachability import PoolState
+from vkbridge.kube.workqueue import RequeueAfter, WorkQueue, run_workers
+from vkbridge.logs import get_logger
+
+log = get_logger("reflectors.configuration")
+
+KINDS: Final = (SECRET, CONFIGMAP)
+RESOURCES: Final[Mapping[str, Resource]] = {SECRET: SECRETS, CONFIGMAP: CONFIGMAPS}
+# A same-name object on the pool that is not ours is looked at again this often (we cannot watch it).
+FOREIGN_RECHECK_SECONDS: Final = 30.0
+
+NOT_FOUND: Final = "not found"
+FOREIGN: Final = "an object of that name exists on the pool and is not ours"
+
+
+class ConfigurationPoolUnavailable(Exception):
+    """The pool is not Connected (or a write found it gone): the key is parked until it returns."""
+
+
+class ConfigurationNotReady(Exception):
+    """The namespace pair has no synced configuration caches yet: handle the pod once it has."""
+
+
+class ConfigurationWriteError(Exception):
+    """A remote write failed; the message names the object and the API's answer, never Secret data."""
+
+
+class TaskFactory(Protocol):
+    """Creates a task in the engine's TaskGroup (``asyncio.TaskGroup.create_task`` fits)."""
+
+    def __call__(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]: ...
+
+
+class PodSource(Protocol):
+    """The local pods of our node (the engine's pod cache): read once per pair start for the sweep."""
+
+    def list(self) -> list[dict[str, Any]]: ...
+
+
+ObjectReady = Callable[[Collection[str]], None]
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    ready: bool
+    reason: str = ""
+    recheck: float | None = None
+
+
+READY: Final = _Outcome(True)
+
+
+@dataclass(frozen=True)
+class _Applied:
+    """What we last wrote: lets a pod proceed while the remote cache has not shown our write yet."""
+
+    fingerprint: str
+    uid: str
+    resource_version: str
+
+
+@dataclass
+class _Lock:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
+@dataclass
+class _ConfigPair:
+    local: str
+    remote: str
+    local_caches: dict[str, Cache]
+    remote_caches: dict[str, Cache]
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    @property
+    def synced(self) -> bool:
+        return all(cache.synced for cache in (*self.local_caches.values(), *self.remote_caches.values()))
+
+    def caches(self) -> list[Cache]:
+        return [*self.local_caches.values(), *self.remote_caches.values()]
+
+
+def missing_message(missing: Iterable[str]) -> str:
+    """The Warning event on a pod kept Pending: which objects, never what they hold."""
+    what = ", ".join(missing)
+    return f"Waiting for {what} before offloading the pod to the pool; references marked optional never wait"
+
+
+def _fingerprint(body: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _contains(have: Mapping[str, Any] | None, want: Mapping[str, Any] | None) -> bool:
+    have = have or {}
+    return all(have.get(k) == v for k, v in (want or {}).items())
+
+
+def _matches(remote: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """Content equal; labels/annotations a superset (others may add theirs, as the provider does)."""
+    for name in ("data", "binaryData"):
+        if (remote.get(name) or {}) != (desired.get(name) or {}):
+            return False
+    if bool(remote.get("immutable")) != bool(desired.get("immutable")):
+        return False
+    if desired.get("kind") == SECRET and (remote.get("type") or "Opaque") != (
+        desired.get("type") or "Opaque"
+    ):
+        return False
+    return _contains(fp.labels_of(remote), fp.labels_of(desired)) and _contains(
+        fp.annotations_of(remote), fp.annotations_of(desired)
+    )
+
+
+def _needs_recreate(remote: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """A Secret's type and an immutable object's content cannot change in place: delete, then create."""
+    if desired.get("kind") == SECRET and (remote.get("type") or "Opaque") != (
+        desired.get("type") or "Opaque"
+    ):
+        return True
+    if not remote.get("immutable"):
+        return False
+    return any((remote.get(n) or {}) != (desired.get(n) or {}) for n in ("data", "binaryData")) or not bool(
+        desired.get("immutable")
+    )
+
+
+def _scrub(text: str, local: Mapping[str, Any] | None) -> str:
+    """Remove a Secret's values (encoded and decoded) from an API error message, just in case."""
+    for value in ((local or {}).get("data") or {}).values():
+        if not isinstance(value, str) or not value:
+            continue
+        text = text.replace(value, "<redacted>")
+        with contextlib.suppress(binascii.Error, ValueError):
+            decoded = base64.b64decode(value, validate=True).decode("utf-8", "ignore")
+            if len(decoded) >= 4:
+                text = text.replace(decoded, "<redacted>")
+    return text
+
+
+def _rv(obj: Mapping[str, Any] | None) -> str:
+    return str(fp.meta(obj).get("resourceVersion") or "")
+
+
+class ConfigurationReflector:
+    def __init__(
+        self,
+        ctx: ReflectionContext,
+        workers: int,
+        *,
+        local_pods: PodSource | None = None,
+        on_object_ready: ObjectReady | None = None,
+        secret_policy: str = c.POLICY_DENY_LIST,
+        configmap_policy: str = c.POLICY_DENY_LIST,
+        labels_not_reflected: Collection[str] = (),
+        annotations_not_reflected: Collection[str] = (),
+        inactivity_timeout: float = 60.0,
+    ) -> None:
+        self.ctx = ctx
+        self.workers = max(1, workers)
+        self.local_pods = local_pods
+        self.on_object_ready: ObjectReady = on_object_ready or (lambda _keys: None)
+        self.policies: dict[str, str] = {SECRET: secret_policy, CONFIGMAP: configmap_policy}
+        self.labels_not_reflected = tuple(labels_not_reflected)
+        self.annotations_not_reflected = tuple(annotations_not_reflected)
+        self.inactivity_timeout = inactivity_timeout
+        self.index = RefIndex()
+        self.pairs: dict[str, _ConfigPair] = {}
+        self.queue: WorkQueue[str] = WorkQueue("configuration")
+        self.parked: set[str] = set()
+        self._applied: dict[ObjectRef, _Applied] = {}
+        self._releasable: set[ObjectRef] = set()  # unreferenced: delete the remote copy
+        self._locks: dict[ObjectRef, _Lock] = {}
+        self._noted: dict[ObjectRef, str] = {}  # last "not reflected" reason logged, one line per change
+        self._selector = reflected_label_selector(ctx.local_cluster_id, ctx.remote_cluster_id)
+        ctx.reach.subscribe(self._on_pool)
+
+    # ------------------------------------------------------------------------------------------ run
+
+    async def run(self) -> None:
+        """The workers, until ``stop()`` or cancellation (run it in the engine's TaskGroup)."""
+        await run_workers(self.queue, self._handle, self.workers, "configuration", on_result=self._on_result)
+
+    def stop(self) -> None:
+        self.queue.shutdown()
+
+    # ------------------------------------------------------------------------------------------ pairs
+
+    def start_pair(self, pair_local: str, pair_remote: str, task_factory: TaskFactory) -> None:
+        current = self.pairs.get(pair_local)
+        if current is not None:
+            if current.remote == pair_remote:
+                return
+            self.stop_pair(pair_local)
+        home, pool = self.ctx.home, self.ctx.pool
+        pair = _ConfigPair(
+            local=pair_local,
+            remote=pair_remote,
+            local_caches={
+                kind: Cache(
+                    home,
+                    RESOURCES[kind],
+                    pair_local,
+                    name=f"consumer/{RESOURCES[kind].plural}@{pair_local}",
+                    inactivity_timeout=self.inactivity_timeout,
+                )
+                for kind in KINDS
+            },
+            remote_caches={
+                kind: Cache(
+                    pool,
+                    RESOURCES[kind],
+                    pair_remote,
+                    label_selector=self._selector,
+                    name=f"pool/{RESOURCES[kind].plural}@{pair_remote}",
+                    inactivity_timeout=self.inactivity_timeout,
+                )
+                for kind in KINDS
+            },
+        )
+        for kind in KINDS:
+            pair.local_caches[kind].subscribe(self._local_handler(pair_local, kind))
+            pair.remote_caches[kind].subscribe(self._remote_handler(pair_local, kind))
+        self.pairs[pair_local] = pair
+        for cache in pair.caches():
+            pair.tasks.append(task_factory(cache.run(), name=f"cache-{cache.name}"))
+        pair.tasks.append(task_factory(self._when_synced(pair), name=f"configuration-sync-{pair_local}"))
+
+    def stop_pair(self, local: str) -> None:
+        """Stop watching; remote copies are left alone (the pool removes the namespace with the mapping)."""
+        pair = self.pairs.pop(local, None)
+        if pair is None:
+            return
+        for task in pair.tasks:
+            task.cancel()
+        self.index.drop_namespace(local)
+        for store in (self._applied, self._noted):
+            for ref in [r for r in store if r.namespace == local]:
+                store.pop(ref, None)
+        self._releasable = {r for r in self._releasable if r.namespace != local}
+
+    def synced(self, local: str) -> bool:
+        pair = self.pairs.get(local)
+        return pair is not None and pair.synced
+
+    async def wait_synced(self, local: str) -> bool:
+        """Wait for the pair's four caches; False if the namespace is not (or no longer) reflected."""
+        pair = self.pairs.get(local)
+        if pair is None:
+            return False
+        for cache in pair.caches():
+            await cache.wait_synced()
+        return self.pairs.get(local) is pair
+
+    async def _when_synced(self, pair: _ConfigPair) -> None:
+        if not await self.wait_synced(pair.local) or self.pairs.get(pair.local) is not pair:
+            return
+        try:
+            orphans = self._sweep(pair)
+        except Exception:  # a bug here must not stop reflection: leftovers wait for the next start
+            log.exception("sweeping leftover copies failed", namespace=pair.local)
+            orphans = -1
+        for ref in self.index.objects(pair.local):
+            self.queue.add(ref.key())
+        log.info(
+            "configuration reflection started",
+            namespace=pair.local,
+            remote=pair.remote,
+            remote_secrets=len(pair.remote_caches[SECRET]),
+            remote_configmaps=len(pair.remote_caches[CONFIGMAP]),
+            orphans=orphans,
+        )
+
+    def _sweep(self, pair: _ConfigPair) -> int:
+        """Remote copies no live pod references (left by a previous run) are marked for deletion.
+
+        Restart safety: the index is empty until the pod reflector has seen each pod again, so the
+        decision reads the local pods themselves. Without them nothing is swept.
+        """
+        if self.local_pods is None:
+            return 0
+        live = set(self.index.objects(pair.local))
+        for pod in self.local_pods.list():
+            if fp.namespace_of(pod) != pair.local or fp.is_terminal(pod) or fp.is_terminating(pod):
+                continue
+            live.update(ObjectRef(r.kind, pair.local, r.name) for r in pod_references(pod))
+        orphans = 0
+        for kind, cache in pair.remote_caches.items():
+            for remote in cache.list():
+                ref = self._ref_of_remote(pair.local, kind, remote)
+                if ref is not None and ref not in live:
+                    orphans += 1
+                    self._releasable.add(ref)
+                    self.queue.add(ref.key())
+        return orphans
+
+    # ------------------------------------------------------------------------------------------ pods API
+
+    async def ensure_for_pod(self, pair_local: str, pod: Mapping[str, Any]) -> list[str]:
+        """Register the pod's references and make every one exist on the pool; returns what is missing.
+
+        Each missing item is human-readable (``Secret "db" (not found)``) and names the object only.
+        Optional references never block. The pod is re-queued via ``on_object_ready`` once its last
+        missing object appears.
+        """
+        pair = self.pairs.get(pair_local)
+        if pair is None or not pair.synced:
+            raise ConfigurationNotReady(f"configuration caches of namespace {pair_local} not synced yet")
+        pod_key = fp.pod_key(pod)
+        refs = pod_references(pod)
+        objs = [ObjectRef(r.kind, pair_local, r.name) for r in refs]
+        self._register(pod_key, objs)
+        missing: list[str] = []
+        waiting: list[ObjectRef] = []
+        try:
+            for ref, obj in zip(refs, objs, strict=True):
+                async with self._lock(obj):
+                    outcome = await self._reconcile(pair, obj, confirm_missing=True)
+                if outcome.recheck is not None:
+                    self.queue.add_after(obj.key(), outcome.recheck)
+                if outcome.ready or ref.optional:
+                    continue
+                missing.append(f"{ref.kind} {c.go_quote(ref.name)} ({outcome.reason})")
+                waiting.append(obj)
+        finally:
+            self.index.set_waiting(pod_key, waiting)
+        return missing
+
+    def track_pod(self, pair_local: str, pod: Mapping[str, Any]) -> None:
+        """Register a pod already running on the pool (found at start-up); its objects are checked soon."""
+        objs = [ObjectRef(r.kind, pair_local, r.name) for r in pod_references(pod)]
+        pod_key = fp.pod_key(pod)
+        if self.index.refs_of(pod_key) == frozenset(objs):
+            return
+        self._register(pod_key, objs)
+        for obj in objs:
+            self.queue.add(obj.key())
+
+    def release_pod(self, pod_key: str) -> None:
+        """The pod is gone or terminal: copies nothing else references are deleted from the pool."""
+        self._release(self.index.drop_pod(pod_key))
+
+    @staticmethod
+    def missing_message(missing: Iterable[str]) -> str:
+        return missing_message(missing)
+
+    def _register(self, pod_key: str, objs: Iterable[ObjectRef]) -> None:
+        objs = list(objs)
+        self._releasable.difference_update(objs)
+        self._release(self.index.set_pod(pod_key, objs))
+
+    def _release(self, objs: Iterable[ObjectRef]) -> None:
+        for obj in objs:
+            self._releasable.add(obj)
+            self.queue.add(obj.key())
+
+    # ------------------------------------------------------------------------------------------ events
+
+    def _local_handler(self, local_ns: str, kind: str) -> Callable[[str, Any, Any], None]:
+        def handler(_type: str, old: Any, new: Any) -> None:
+            obj = new if new is not None else old
+            ref = ObjectRef(kind, local_ns, fp.name_of(obj))
+            if self.index.referenced(ref) or self.index.waited_for(ref) or ref in self._applied:
+                self.queue.add(ref.key())
+
+        return handler
+
+    def _remote_handler(self, local_ns: str, kind: str) -> Callable[[str, Any, Any], None]:
+        def handler(_type: str, old: Any, new: Any) -> None:
+            obj = new if new is not None else old
+            ref = self._ref_of_remote(local_ns, kind, obj)
+            if ref is None:
+                return
+            applied = self._applied.get(ref)
+            if applied is not None and (
+                new is None or fp.uid_of(new) != applied.uid or _rv(new) != applied.resource_version
+            ):
+                self._applied.pop(ref, None)  # not our last write: decide from the cache again
+            self.queue.add(ref.key())
+
+        return handler
+
+    def _ref_of_remote(self, local_ns: str, kind: str, remote: Mapping[str, Any] | None) -> ObjectRef | None:
+        """The local object a remote copy stands for; None for what is not a plain copy of ours."""
+        if not is_reflected(remote, self.ctx.local_cluster_id, self.ctx.remote_cluster_id):
+            return None
+        if kind == SECRET and is_service_account_secret(remote or {}):
+            return None  # token Secrets belong to the ServiceAccount reflection
+        name = fp.name_of(remote)
+        if kind == CONFIGMAP:
+            name = local_configmap_name(name, self.ctx.local_cluster_id)
+        return ObjectRef(kind, local_ns, name)
+
+    def _on_pool(self, _old: PoolState, new: PoolState) -> None:
+        if new is not PoolState.CONNECTED:
+            return
+        parked, self.parked = self.parked, set()
+        self.queue.reset_backoff()
+        for key in parked:
+            self.queue.add(key)
+
+    # ------------------------------------------------------------------------------------------ handle
+
+    async def _handle(self, key: str) -> RequeueAfter | None:
+        ref = ObjectRef.from_key(key)
+        pair = self.pairs.get(ref.namespace)
+        if pair is None or not pair.synced:
+            return None  # not reflected, or queued again by _when_synced
+        try:
+            async with self._lock(ref):
+                if self.index.referenced(ref):
+                    outcome = await self._reconcile(pair, ref)
+                    if outcome.ready:
+                        waiting = self.index.take_waiting(ref)
+                        if waiting:
+                            self.on_object_ready(sorted(waiting))
+                    if outcome.recheck is not None:
+                        return RequeueAfter(outcome.recheck)
+                    return None
+                if ref in self._releasable:
+                    await self._delete_remote(pair, ref, "no reflected pod references it")
+                    self._releasable.discard(ref)
+                    self._noted.pop(ref, None)
+        except ConfigurationPoolUnavailable:
+            self.parked.add(key)
+        return None
+
+    async def _reconcile(
+        self, pair: _ConfigPair, ref: ObjectRef, *, confirm_missing: bool = False
+    ) -> _Outcome:
+        """Make the remote copy of one referenced object match its local object (caller holds the lock).
+
+        ``confirm_missing``: a pod and its Secret are often created together and their watches race, so
+        before a pod is held back for an object the cache lacks, one GET makes sure it really is missing.
+        """
+        local = pair.local_caches[ref.kind].get(f"{ref.namespace}/{ref.name}")
+        if local is None and confirm_missing:
+            local = await self._get_local(ref)
+        remote = self._cached_remote(pair, ref)
+        if local is None:
+            await self._delete_remote(pair, ref, "local object gone")
+            return self._not_ready(ref, NOT_FOUND)
+        policy = self.policies[ref.kind]
+        reason = (
+            secret_skip_reason(local, policy=policy)
+            if ref.kind == SECRET
+            else configmap_skip_reason(local, policy=policy)
+        )
+        if reason is not None:
+            if await self._delete_remote(pair, ref, "reflection disabled for the object"):
+                message = (
+                    c.sa_reflection_disabled_msg(self.ctx.remote_cluster_id)
+                    if reason == SKIP_SA_TOKEN
+                    else c.object_reflection_disabled_msg(self.ctx.remote_cluster_id, policy)
+                )
+                self._event(local, ref, c.EVENT_TYPE_NORMAL, c.EVENT_REFLECTION_DISABLED, message)
+            return self._not_ready(ref, reason)
+        desired = self._forge(pair, ref.kind, local)
+        fingerprint = _fingerprint(desired)
+        if remote is not None and _matches(remote, desired):
+            self._applied[ref] = _Applied(fingerprint, fp.uid_of(remote), _rv(remote))
+            return self._ready(ref)
+        applied = self._applied.get(ref)
+        if applied is not None and applied.fingerprint == fingerprint:
+            return self._ready(ref)  # our own write, not in the cache yet
+        return await self._apply(pair, ref, local, desired, fingerprint, remote)
+
+    async def _apply(
+        self,
+        pair: _ConfigPair,
+        ref: ObjectRef,
+        local: Mapping[str, Any],
+        desired: dict[str, Any],
+        fingerprint: str,
+        remote: Mapping[str, Any] | None,
+    ) -> _Outcome:
+        self._require_pool()
+        remote_name = self._remote_name(ref)
+        resource = RESOURCES[ref.kind]
+        if remote is None:
+            existing = await self._get_remote(pair, ref, local)
+            if existing is not None and not is_reflected(
+                existing, self.ctx.local_cluster_id, self.ctx.remote_cluster_id
+            ):
+                if self._noted.get(ref) != FOREIGN:
+                    self._event(
+                        local,
+                        ref,
+                        c.EVENT_TYPE_WARNING,
+                        c.EVENT_FAILED_REFLECTION,
+                        c.failed_reflection_already_exists_msg(self.ctx.remote_cluster_id),
+                    )
+                return self._not_ready(ref, FOREIGN, recheck=FOREIGN_RECHECK_SECONDS)
+            remote = existing  # ours, the cache has not shown it yet
+        body = copy.deepcopy(desired)
+        if remote is not None and _needs_recreate(remote, desired):
+            await self._delete(pair, ref, remote, local, "type or immutable content changed")
+            remote = None
+        if remote is not None:
+            # Ownership precondition: the apply fails (409) if the copy changed since we saw it ours.
+            # Our own last write is newer than a cache that has not shown it yet.
+            applied = self._applied.get(ref)
+            same = applied is not None and applied.uid == fp.uid_of(remote)
+            body["metadata"]["resourceVersion"] = (
+                applied.resource_version if same and applied else _rv(remote)
+            )
+        verb = "update" if remote is not None else "create"
+        try:
+            # A create is not forced, so a foreign object appearing meanwhile conflicts instead of
+            # being taken over.
+            out = await self.ctx.pool.apply(
+                resource, body, pair.remote, field_manager=c.FIELD_MANAGER, force=remote is not None
+            )
+            out = await self._prune(pair, ref, local, desired, out)
+        except ApiError as err:
+            raise self._write_error(verb, pair, ref, local, err) from None
+        self._applied[ref] = _Applied(fingerprint, fp.uid_of(out), _rv(out))
+        log.info(
+            f"{ref.kind} reflected to the pool ({verb})",
+            object=f"{ref.namespace}/{ref.name}",
+            remote=f"{pair.remote}/{remote_name}",
+        )
+        return self._ready(ref)
+
+    async def _prune(
+        self,
+        pair: _ConfigPair,
+        ref: ObjectRef,
+        local: Mapping[str, Any],
+        desired: Mapping[str, Any],
+        out: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Keys someone else added to our copy survive an apply (they own them): remove them."""
+        patch: dict[str, Any] = {}
+        for name in ("data", "binaryData"):
+            extra = [k for k in (out.get(name) or {}) if k not in (desired.get(name) or {})]
+            if extra:
+                patch[name] = dict.fromkeys(extra)
+        if not patch:
+            return out
+        patch["metadata"] = {"resourceVersion": _rv(out)}
+        log.info("removing keys added on the pool", object=f"{ref.namespace}/{ref.name}", kind=ref.kind)
+        return await self.ctx.pool.patch(
+            RESOURCES[ref.kind], self._remote_name(ref), patch, pair.remote, field_manager=c.FIELD_MANAGER
+        )
+
+    async def _get_local(self, ref: ObjectRef) -> dict[str, Any] | None:
+        try:
+            return await self.ctx.home.get(RESOURCES[ref.kind], ref.name, ref.namespace)
+        except ApiError as err:
+            if err.not_found:
+                return None
+            raise ConfigurationWriteError(
+                f"get {ref.kind} {ref.namespace}/{ref.name} at home: {err.status} {err.reason}"
+            ) from None
+
+    async def _get_remote(
+        self, pair: _ConfigPair, ref: ObjectRef, local: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Our cache only holds our copies: a GET finds a same-name foreign object before we write."""
+        try:
+            return await self.ctx.pool.get(RESOURCES[ref.kind], self._remote_name(ref), pair.remote)
+        except ApiError as err:
+            if err.not_found:
+                return None
+            raise self._write_error("get", pair, ref, local, err) from None
+
+    async def _delete_remote(self, pair: _ConfigPair, ref: ObjectRef, why: str) -> bool:
+        """Delete our copy if there is one (from the cache, or our own unseen write); True if deleted."""
+        remote = self._cached_remote(pair, ref)
+        applied = self._applied.get(ref)
+        if remote is None and applied is None:
+            return False
+        target: Mapping[str, Any] = (
+            remote if remote is not None else {"metadata": {"uid": applied.uid if applied else ""}}
+        )
+        return await self._delete(pair, ref, target, None, why)
+
+    async def _delete(
+        self,
+        pair: _ConfigPair,
+        ref: ObjectRef,
+        remote: Mapping[str, Any],
+        local: Mapping[str, Any] | None,
+        why: str,
+    ) -> bool:
+        uid = fp.uid_of(remote)
+        if not uid:
+            return False  # never an unconditional delete
+        self._require_pool()
+        try:
+            await self.ctx.pool.delete(
+                RESOURCES[ref.kind], self._remote_name(ref), pair.remote, preconditions_uid=uid
+            )
+        except ApiError as err:
+            if not (err.not_found or err.conflict):
+                raise self._write_error("delete", pair, ref, local, err) from None
+        self._applied.pop(ref, None)
+        log.info(
+            f"{ref.kind} deleted from the pool",
+            object=f"{ref.namespace}/{ref.name}",
+            remote=f"{pair.remote}/{self._remote_name(ref)}",
+            reason=why,
+        )
+        return True
+
+    # ------------------------------------------------------------------------------------------ helpers
+
+    def _cached_remote(self, pair: _ConfigPair, ref: ObjectRef) -> dict[str, Any] | None:
+        remote = pair.remote_caches[ref.kind].get(f"{pair.remote}/{self._remote_name(ref)}")
+        if remote is None or self._ref_of_remote(pair.local, ref.kind, remote) != ref:
+            return None  # ownership guard: only our labelled copies are ever touched
+        return remote
+
+    def _remote_name(self, ref: ObjectRef) -> str:
+        if ref.kind == CONFIGMAP:
+            return remote_configmap_name(ref.name, self.ctx.local_cluster_id)
+        return ref.name
+
+    def _forge(self, pair: _ConfigPair, kind: str, local: Mapping[str, Any]) -> dict[str, Any]:
+        forge = forge_remote_secret if kind == SECRET else forge_remote_configmap
+        return forge(
+            local,
+            remote_ns=pair.remote,
+            local_id=self.ctx.local_cluster_id,
+            remote_id=self.ctx.remote_cluster_id,
+            labels_not_reflected=self.labels_not_reflected,
+            annotations_not_reflected=self.annotations_not_reflected,
+        )
+
+    def _ready(self, ref: ObjectRef) -> _Outcome:
+        if self._noted.pop(ref, None) is not None:
+            log.info(f"{ref.kind} now reflected", object=f"{ref.namespace}/{ref.name}")
+        return READY
+
+    def _not_ready(self, ref: ObjectRef, reason: str, recheck: float | None = None) -> _Outcome:
+        if self._noted.get(ref) != reason:
+            self._noted[ref] = reason
+            log.info(f"{ref.kind} not reflected", object=f"{ref.namespace}/{ref.name}", reason=reason)
+        return _Outcome(False, reason, recheck)
+
+    def _event(self, local: Mapping[str, Any], ref: ObjectRef, type_: str, reason: str, message: str) -> None:
+        self.ctx.recorder.event(
+            local,
+            "Warning" if type_ == c.EVENT_TYPE_WARNING else "Normal",
+            reason,
+            message,
+            kind=ref.kind,
+            api_version="v1",
+        )
+
+    def _require_pool(self) -> None:
+        if not self.ctx.reach.connected:
+            raise ConfigurationPoolUnavailable(self.ctx.reach.state.value)
+
+    def _write_error(
+        self, verb: str, pair: _ConfigPair, ref: ObjectRef, local: Mapping[str, Any] | None, err: ApiError
+    ) -> Exception:
+        if err.status == 0:  # no answer: the pool may be gone; ask the pinger to look now
+            self.ctx.reach.report_failure()
+            return ConfigurationPoolUnavailable(f"{verb} {ref.kind} {pair.remote}/{self._remote_name(ref)}")
+        message = _scrub(err.message, local if ref.kind == SECRET else None)[:300]
+        return ConfigurationWriteError(
+            f"{verb} {ref.kind} {pair.remote}/{self._remote_name(ref)} on the pool: "
+            f"{err.status} {err.reason}: {message}"
+        )
+
+    @contextlib.asynccontextmanager
+    async def _lock(self, ref: ObjectRef) -> AsyncIterator[None]:
+        """One writer per object at a time (pod workers and our own workers share the object)."""
+        entry = self._locks.setdefault(ref, _Lock())
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                self._locks.pop(ref, None)
+
+    def _on_result(self, key: str, ok: bool, _duration: float) -> None:
+        ref = ObjectRef.from_key(key)
+        labels = self.ctx.metric_labels(ref.namespace, ref.kind)
+        if ok:
+            self.ctx.metrics.reflection_items.labels(**labels).inc()
+        else:
+            self.ctx.metrics.reflection_errors.labels(**labels).inc()
+            self.ctx.metrics.queue_retries.labels(queue="configuration").inc()
+
+    def stats(self) -> dict[str, int]:
+        """For gauges and logs: referenced objects, pending deletions, queued keys, parked keys."""
+        return {
+            "referenced": len(self.index),
+            "releasable": len(self._releasable),
+            "queued": len(self.queue),
+            "parked": len(self.parked),
+        }
