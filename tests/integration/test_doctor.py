@@ -1,0 +1,79 @@
+"""`vkbridge doctor` reports healthy on a working setup and names the problem when it is not."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from e2e.bundle import Bundle, kubeconfig_dict
+from e2e.controlplane import ControlPlane
+from e2e.pki import CertAuthority
+from e2e.tunnel import TunnelProxy
+from e2e.vkbridge_proc import REPO, VkbridgeProcess
+from tests.fixtures_vkbridge import node_ready
+from tests.integration.helpers import get, must, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def doctor(consumer: ControlPlane, bundle: Bundle) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vkbridge", "doctor", f"--home-kubeconfig={consumer.admin_kubeconfig}",
+         f"--nodename={bundle.slug}", f"--tenant-namespace={bundle.tenant_ns}",
+         f"--foreign-kubeconfig-secret-name={bundle.secret_name}", f"--foreign-cluster-id={bundle.slug}"],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )  # fmt: skip
+
+
+def test_doctor_reports_healthy(consumer: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess) -> None:
+    res = doctor(consumer, bundle)
+    print(res.stdout)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "OK    virtual node" in res.stdout
+    assert "OK    pool reachable" in res.stdout
+    assert "grant: cpu used" in res.stdout
+    assert res.stdout.strip().splitlines()[-1].startswith("healthy")
+
+
+def test_doctor_names_a_blackholed_pool(
+    consumer: ControlPlane, bundle: Bundle, tunnel: TunnelProxy, vkbridge: VkbridgeProcess
+) -> None:
+    tunnel.blackhole()
+    try:
+        res = doctor(consumer, bundle)
+    finally:
+        tunnel.restore()
+    print(res.stdout)
+    assert res.returncode == 1
+    assert "FAIL  pool reachable" in res.stdout and "does not answer" in res.stdout
+    wait_until(lambda: node_ready(consumer, bundle.slug) == "True", 30, "Ready again")
+
+
+def test_doctor_names_a_revoked_credential(
+    consumer: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess
+) -> None:
+    path = f"/api/v1/namespaces/{bundle.tenant_ns}/secrets/{bundle.secret_name}"
+    original = get(consumer, path)
+    assert original is not None
+    stranger = CertAuthority.create("not-the-pool-ca")
+    cert, key = stranger.issue(bundle.identity_cn, [bundle.consumer_id], client=True)
+    assert key is not None
+    server = bundle.kubeconfig["clusters"][0]["cluster"]["server"]
+    revoked = yaml.safe_dump(kubeconfig_dict(server, bundle.ca_pem, cert, key, "revoked")).encode()
+    must(consumer, "PATCH", path, {"data": {"kubeconfig": base64.b64encode(revoked).decode()}},
+         content_type="application/merge-patch+json")  # fmt: skip
+    try:
+        res = doctor(consumer, bundle)
+        print(res.stdout)
+        assert res.returncode == 1
+        assert "FAIL  pool reachable" in res.stdout and "rejects our credential" in res.stdout
+    finally:
+        must(consumer, "PATCH", path, {"data": {"kubeconfig": original["data"]["kubeconfig"]}},
+             content_type="application/merge-patch+json")  # fmt: skip
+    wait_until(
+        lambda: node_ready(consumer, bundle.slug) == "True", 30, "Ready again with the valid credential"
+    )
