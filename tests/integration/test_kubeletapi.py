@@ -33,13 +33,19 @@ import pytest
 from cryptography import x509
 
 from e2e.controlplane import ControlPlane, free_port, wait_for
+from e2e.emulator.rbac import VK_REMOTE_RULES
 from e2e.fakekubelet import FakeKubeletHandle
 from e2e.fixtures_pool import POOL_NODES
 from e2e.pki import CertAuthority
 from vkbridge.kube.client import KubeClient
 from vkbridge.kube.kubeconfig import parse_kubeconfig
+from vkbridge.kubeletapi.channels import V5, StreamOptions
 from vkbridge.kubeletapi.metrics_server import MetricsServer
+from vkbridge.kubeletapi.pooldial import PoolDialer
+from vkbridge.kubeletapi.poolstream import DialError
+from vkbridge.kubeletapi.relay import ExecFront, Inbound, relay
 from vkbridge.kubeletapi.server import KubeletServer
+from vkbridge.kubeletapi.streams import StreamRoute, StreamService
 from vkbridge.metrics import Metrics
 
 pytestmark = pytest.mark.integration
@@ -504,6 +510,89 @@ async def test_stats_summary_and_pods(env: Env, server: KubeletServer) -> None:
         status, body = await _get(env, path, cert=(admin, key))
         assert status == 200, body
         assert [p["metadata"]["name"] for p in json.loads(body)["items"]] == ["app", "stray"]
+
+
+# ---------------------------------------------------------------------------------------------- SPDY to the pool
+
+
+class ScriptedFront(ExecFront):
+    """An in-memory client: plays scripted events, then waits; records output and the Status."""
+
+    def __init__(self, events: list[Inbound]) -> None:
+        self.protocol = V5
+        self._events = list(events)
+        self.out: dict[int, bytes] = {1: b"", 2: b""}
+        self.status: dict[str, Any] | None = None
+
+    async def receive(self) -> Inbound:
+        if self._events:
+            return self._events.pop(0)
+        await asyncio.Event().wait()  # the client stays until the session ends
+        raise AssertionError("unreachable")
+
+    async def send(self, channel: int, data: bytes) -> None:
+        self.out[channel] += data
+
+    async def finish(self, status: dict[str, Any]) -> None:
+        self.status = status
+
+    async def abort(self) -> None:
+        pass
+
+
+async def test_a_pool_that_forbids_websocket_exec_is_reached_over_spdy(
+    env: Env, server: KubeletServer
+) -> None:
+    """Liqo's pool-side role grants create (SPDY POST) but not get (WebSocket GET) on pods/exec.
+
+    Here the "pool" is the consumer API server with exactly that role, so the SPDY dial goes through
+    a real kube-apiserver (passthrough) to our own kubelet API, which relays to the real pool.
+    """
+    tag = uuid.uuid4().hex[:5]
+    user = f"liqo-vk-{tag}"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": user}, "rules": VK_REMOTE_RULES}  # fmt: skip
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
+    }
+    _api_ok(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+    _api_ok(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+    cert, key = env.consumer.issue_client_cert(user)
+    assert key is not None
+    client = KubeClient(parse_kubeconfig(env.consumer.kubeconfig_dict(cert, key)), name="liqo-role")
+    dialer = PoolDialer(client)
+    service = StreamService(client, dialer, lambda ns: ns)
+    route = StreamRoute("exec", env.ns, "app", "main")
+    try:
+        opts = StreamOptions(True, True, True, False, ("sh", "-c", "cat; echo err >&2; exit 6"))
+        stream = await service.open(route, opts)
+        assert stream.transport == "spdy" and stream.protocol == V5
+        front = ScriptedFront([Inbound("stdin", b"hello\n"), Inbound("stdin_eof")])
+        result = await relay(front, stream)
+        assert (front.out[1], front.out[2], result.exit_code) == (b"hello\n", b"err\n", 6), front.status
+        assert dialer.dials == {"websocket": 1, "spdy": 1}
+        # A TTY session, with a resize, goes straight to SPDY now (the 403 is remembered).
+        tty = StreamOptions(True, True, False, True, ("sh", "-c", "read x; stty size; echo got-$x"))
+        stream = await service.open(route, tty)
+        front = ScriptedFront([Inbound("resize", b'{"Width":90,"Height":20}'), Inbound("stdin", b"abc\r")])
+        result = await relay(front, stream)
+        assert result.exit_code == 0, front.status
+        assert b"20 90" in front.out[1] and b"got-abc" in front.out[1], front.out
+        assert dialer.dials == {"websocket": 1, "spdy": 2}
+        assert server.stream_protocols["spdy/v5.channel.k8s.io"] == 2
+        # Refusals carry the API server's own message (the SPDY response body is readable).
+        with pytest.raises(DialError) as err:
+            await service.open(StreamRoute("exec", env.ns, "ghost", "main"), opts)
+        assert (err.value.status, err.value.message) == (404, 'pods "ghost" not found')
+    finally:
+        await dialer.close()
+        await client.close()
+        env.consumer.api("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{user}")
+        env.consumer.api("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{user}")
 
 
 # ---------------------------------------------------------------------------------------------- authn/authz

@@ -190,3 +190,21 @@ def test_sigterm_stops_within_5s_and_leaves_the_node(
     print(f"\nSIGTERM -> exit in {took:.2f}s")
     vkbridge.start()
     wait_until(lambda: node_ready(consumer, bundle.slug) == "True", 30, "Ready again after restart")
+
+
+def test_virtualnode_label_change_reaches_the_node_within_2s(
+    consumer: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess
+) -> None:
+    vn = f"/apis/offloading.liqo.io/v1beta1/namespaces/{bundle.tenant_ns}/virtualnodes/{bundle.slug}"
+    must(consumer, "PATCH", vn, {"spec": {"labels": {"example.com/team": "blue"}}},
+         content_type="application/merge-patch+json")  # fmt: skip
+    try:
+        t0 = time.monotonic()
+        wait_until(lambda: node(consumer, bundle)["metadata"]["labels"].get("example.com/team") == "blue", 2,
+                   "the new VirtualNode label on the node")  # fmt: skip
+        print(f"\nVirtualNode label reached the node in {time.monotonic() - t0:.2f}s")
+    finally:
+        must(consumer, "PATCH", vn, {"spec": {"labels": {"example.com/team": None}}},
+             content_type="application/merge-patch+json")  # fmt: skip
+    wait_until(lambda: "example.com/team" not in node(consumer, bundle)["metadata"]["labels"], 2,
+               "the removed VirtualNode label to leave the node")  # fmt: skip

@@ -205,7 +205,14 @@ def test_pool_quota_refusal_is_reported_and_pod_runs_once_quota_frees(
         assert phase(consumer, ns, "refused") == "Pending"
     finally:
         must(pool, "DELETE", shadow_path(remote_ns, "hog"))
-    wait_until(lambda: running(consumer, ns, "refused"), 60, "the refused pod to run once quota frees")
+    # The retry backoff has grown meanwhile; the reflection-touch kick (GUIDE §7.4) re-queues at once.
+    must(consumer, "PATCH", pod_path(ns, "refused"), {"metadata": {"annotations": {"multicloud.io/reflection-touch": "1"}}},
+         content_type="application/merge-patch+json")  # fmt: skip
+    wait_until(
+        lambda: running(consumer, ns, "refused"),
+        10,
+        "the refused pod to run once quota frees and it is touched",
+    )
 
 
 def test_burst_of_200_survives_sigkill_mid_burst_without_duplicates_or_losses(
