@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
@@ -37,9 +39,54 @@ def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: flo
         time.sleep(interval)
 
 
-def vkbridge_options(consumer: ControlPlane, bundle: Bundle, **kw: Any) -> VkbridgeOptions:
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+
+
+def service_account_kubeconfig(consumer: ControlPlane, bundle: Bundle, directory: Path) -> Path:
+    """vkbridge's consumer identity exactly as deployed: ServiceAccount `<slug>` in the tenant namespace
+    with deploy/rbac.yaml (least privilege), and a token for it. Idempotent."""
+    for name in ("serviceaccount.yaml", "rbac.yaml"):
+        text = (DEPLOY / name).read_text().replace("__SLUG__", bundle.slug)
+        consumer.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=text)
+    status, body = consumer.api(
+        "POST",
+        f"/api/v1/namespaces/{bundle.tenant_ns}/serviceaccounts/{bundle.slug}/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 86400},
+        },
+    )
+    assert status == 201, body
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "vk",
+        "clusters": [{"name": "consumer", "cluster": {
+            "server": consumer.url, "certificate-authority-data": base64.b64encode(consumer.ca_pem).decode()}}],
+        "users": [{"name": "vk", "user": {"token": body["status"]["token"]}}],
+        "contexts": [{"name": "vk", "context": {"cluster": "consumer", "user": "vk"}}],
+    }  # fmt: skip
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "vkbridge-sa.kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture(scope="session")
+def vk_home_kubeconfig(
+    consumer: ControlPlane, bundle: Bundle, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    return service_account_kubeconfig(consumer, bundle, tmp_path_factory.mktemp("vk-identity"))
+
+
+def vkbridge_options(consumer: ControlPlane, bundle: Bundle, home_kubeconfig: Path | None = None,
+                     **kw: Any) -> VkbridgeOptions:  # fmt: skip
+    """Options for a vkbridge on the session's planes: the deployed identity when given, else admin."""
+    kw.setdefault("certificate_type", "kubelet" if home_kubeconfig else "self-signed")
     return VkbridgeOptions(
-        home_kubeconfig=consumer.admin_kubeconfig,
+        home_kubeconfig=home_kubeconfig or consumer.admin_kubeconfig,
         slug=bundle.slug,
         consumer_id=bundle.consumer_id,
         secret_name=bundle.secret_name,
@@ -51,11 +98,12 @@ def vkbridge_options(consumer: ControlPlane, bundle: Bundle, **kw: Any) -> Vkbri
 @pytest.fixture(scope="session")
 def vkbridge(
     consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, emulator: EmulatorHandle,
-    tmp_path_factory: pytest.TempPathFactory,
+    vk_home_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[VkbridgeProcess]:  # fmt: skip
-    """The session's vkbridge, Ready before any test uses it; stopped (SIGTERM) at the end."""
+    """The session's vkbridge, as deployed (its ServiceAccount and RBAC, a CSR-issued serving
+    certificate); Ready before any test uses it; stopped (SIGTERM) at the end."""
     log_path = tmp_path_factory.mktemp("vkbridge") / "vkbridge.log"
-    proc = VkbridgeProcess(vkbridge_options(consumer, bundle), log_path).start()
+    proc = VkbridgeProcess(vkbridge_options(consumer, bundle, vk_home_kubeconfig), log_path).start()
     try:
         wait_until(lambda: node_ready(consumer, bundle.slug) == "True", 60, "the virtual node to be Ready")
     except TimeoutError:

@@ -21,9 +21,12 @@ from reflectors.context import ReflectionContext
 from reflectors.engine import ReflectionEngine
 from reflectors.forge import constants as c
 from vkbridge.credentials.remote import RemoteCredentialWatcher, credentials_from_secret, describe
+from vkbridge.credentials.renewal import CertificateRenewer
+from vkbridge.credentials.serving import ServingCertificateManager
 from vkbridge.grant import Admission, Grant
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import (
+    CONFIGMAPS,
     EVENTS,
     NODES,
     RESOURCESLICES,
@@ -36,6 +39,8 @@ from vkbridge.kube.events import EventRecorder
 from vkbridge.kube.kubeconfig import KubeconfigError, in_cluster_credentials, load_kubeconfig_file
 from vkbridge.kube.leaderelection import LeaderElector
 from vkbridge.kube.reachability import Reachability
+from vkbridge.kubeletapi.metrics_server import MetricsServer
+from vkbridge.kubeletapi.server import KubeletServer
 from vkbridge.logs import get_logger
 from vkbridge.metrics import Metrics
 from vkbridge.node.controller import NodeController, grant_of
@@ -68,6 +73,28 @@ class HomeEventWriter:
 
     async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> object:
         return await self._home.patch(EVENTS, name, patch, namespace)
+
+
+def split_address(address: str, default_port: int) -> tuple[str, int]:
+    """`:5872`, `0.0.0.0:8082`, `[::]:80` -> (host, port); an empty host means every interface."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port) if port else default_port
+
+
+async def client_ca(home: KubeClient) -> bytes | None:
+    """The CA kube-apiserver's kubelet client certificate chains to (how kubelets authenticate it)."""
+    try:
+        cm = await home.get(CONFIGMAPS, "extension-apiserver-authentication", "kube-system")
+    except ApiError as err:
+        log.warning(
+            "cannot read kube-system/extension-apiserver-authentication: the kubelet API accepts bearer "
+            "tokens only (kube-apiserver's client certificate cannot be verified)",
+            error=str(err)[:200],
+        )
+        return None
+    ca = (cm.get("data") or {}).get("client-ca-file")
+    return ca.encode() if ca else None
 
 
 def home_credentials(settings: Settings) -> Any:
@@ -197,6 +224,29 @@ class VirtualKubelet:
         rs_cache.subscribe(on_grant)
         vn_cache.subscribe(on_grant)
         creds = RemoteCredentialWatcher(pool, secret_cache, f"{tenant}/{s.foreign_kubeconfig_secret_name}")
+        renewer = CertificateRenewer(
+            home, pool, tenant_namespace=tenant, secret_name=s.foreign_kubeconfig_secret_name,
+            resource_slice_name=vn_name, remote_tenant_namespace=f"liqo-tenant-{s.home_cluster_id}",
+            consumer_cluster_id=s.home_cluster_id, renew_fraction=s.cert_renew_fraction, metrics=self.metrics,
+            reach=self.reach, resource_slice_cache=rs_cache, secret_cache=secret_cache,
+        )  # fmt: skip
+        serving = ServingCertificateManager(
+            home, node_name=node_name, node_ip=s.node_ip, certificate_type=s.certificate_type
+        )
+
+        def remote_namespace(local_ns: str) -> str | None:
+            pair = engine.pairs.get(local_ns)
+            return None if pair is None else pair.remote
+
+        kubelet = KubeletServer(
+            home, pool, node_name=node_name, port=s.listen_port, ssl_context_provider=serving.current_context,
+            client_ca_pem=await client_ca(home), remote_namespace=remote_namespace,
+            local_pods=engine.local_pods.list,
+        )  # fmt: skip
+        metrics_server: MetricsServer | None = None
+        if s.metrics_enabled:
+            host, port = split_address(s.metrics_address, 8082)
+            metrics_server = MetricsServer(self.metrics, host, port, health=lambda: (True, "ok"))
 
         elector: LeaderElector | None = None
         if s.vk_lease_enabled:
@@ -222,6 +272,11 @@ class VirtualKubelet:
                 tg.create_task(recorder.run(), name="event-recorder")
                 tg.create_task(pinger.run(), name="pinger")
                 tg.create_task(creds.run(), name="credential-watcher")
+                tg.create_task(serving.run(), name="serving-certificate")
+                tg.create_task(renewer.run(), name="client-certificate-renewal")
+                tg.create_task(_serve(kubelet), name="kubelet-api")
+                if metrics_server is not None:
+                    tg.create_task(_serve(metrics_server), name="metrics")
                 await asyncio.gather(vn_cache.wait_synced(), rs_cache.wait_synced(), node_cache.wait_synced())
                 on_grant()
                 if s.create_node:
@@ -244,6 +299,15 @@ class VirtualKubelet:
                     await asyncio.wait_for(elector.release(), 1.0)
             await pool.close()
             await home.close()
+
+
+async def _serve(server: KubeletServer | MetricsServer) -> None:
+    """Run a start()/stop() server as a task: started now, stopped when the task is cancelled."""
+    await server.start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()
 
 
 async def _main(settings: Settings) -> int:

@@ -59,7 +59,7 @@ def tenant_rules(slug: str) -> list[dict[str, Any]]:
         {
             "apiGroups": ["authentication.liqo.io"],
             "resources": ["renews"],
-            "verbs": ["create", "get", "list", "watch"],
+            "verbs": ["create", "get", "list", "watch", "delete"],
         },
         {
             "apiGroups": ["authentication.liqo.io"],

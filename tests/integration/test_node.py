@@ -62,8 +62,12 @@ def test_node_is_ready_with_expected_labels_taints_capacity_and_conditions(
     assert "NetworkUnavailable" not in conds
     assert n["status"]["addresses"] == [{"type": "InternalIP", "address": "127.0.0.1"}]
     assert n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == vkbridge.opts.listen_port
-    lease = get(consumer, f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{bundle.slug}")
-    assert lease is not None and lease["spec"]["holderIdentity"] == bundle.slug
+    lease = wait_until(
+        lambda: get(consumer, f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{bundle.slug}"),
+        10,
+        "the node Lease",
+    )
+    assert lease["spec"]["holderIdentity"] == bundle.slug
     assert lease["metadata"]["ownerReferences"][0]["uid"] == n["metadata"]["uid"]
 
 

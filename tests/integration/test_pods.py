@@ -73,6 +73,9 @@ def test_burst_hello_runs_on_the_pool_and_status_is_mirrored(
     reasons = {e["reason"] for e in events_for(consumer, ns, "burst-hello")}
     assert "SuccessfulReflection" in reasons
     vkbridge.wait_for_log(f"local pod Running.*pod={ns}/burst-hello", 5)
+    logs = consumer.kubectl("-n", ns, "logs", "burst-hello", check=False)
+    assert logs.returncode == 0, logs.stderr
+    assert "hello from the pool" in logs.stdout
 
 
 def test_remote_pod_deleted_is_recreated_and_restart_count_grows(

@@ -2,7 +2,8 @@
 
 A rotated bundle (the customer re-applies it) or a renewed certificate (Liqo rewrites the Secret)
 reaches new connections within a second of the Secret update, without a restart: the pool client
-swaps its TLS identity and the caches reconnect from their resourceVersion, losing nothing.
+swaps its TLS identity and the caches reconnect from their resourceVersion, losing nothing. A rewrite
+that would swap back to an older certificate of the same key (a stale source) is ignored.
 """
 
 from __future__ import annotations

@@ -320,6 +320,8 @@ class KubeClient:
         self._token: str | None = creds.token
         self._token_read_at = time.monotonic()
         self._closed = False
+        self._inflight: Counter[aiohttp.ClientSession] = Counter()
+        self._draining: set[asyncio.Task[None]] = set()
 
     # -- lifecycle
 
@@ -339,6 +341,9 @@ class KubeClient:
 
     async def close(self) -> None:
         self._closed = True
+        for task in list(self._draining):
+            task.cancel()
+        await asyncio.gather(*self._draining, return_exceptions=True)
         old = (self._req, self._watch)
         self._req = self._watch = None
         for s in old:
@@ -352,7 +357,7 @@ class KubeClient:
         caches reconnect from their resourceVersion, so no state is lost (client-go ``CloseAll()``).
         """
         ctx = ssl_context(creds)  # raises before anything changes
-        old = (self._req, self._watch)
+        old_req, old_watch = self._req, self._watch
         self._creds = creds
         self._ssl = ctx
         self._token = creds.token
@@ -360,9 +365,24 @@ class KubeClient:
         self._req = self._watch = None
         self.generation += 1
         log.info("%s client: credentials swapped to %r", self.name, creds)
-        for s in old:
-            if s is not None:
-                await s.close()
+        if old_watch is not None:
+            await old_watch.close()
+        if old_req is not None:
+            # Requests already on the wire finish on their connections (authenticated with a still
+            # valid identity); the old session closes once they are done, at most one timeout later.
+            task = asyncio.get_running_loop().create_task(self._close_when_idle(old_req))
+            self._draining.add(task)
+            task.add_done_callback(self._draining.discard)
+
+    async def _close_when_idle(self, session: aiohttp.ClientSession) -> None:
+        deadline = time.monotonic() + self.timeout + CONNECT_TIMEOUT
+        try:
+            while self._inflight[session] > 0:
+                if time.monotonic() >= deadline:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await session.close()
 
     def _sessions(self) -> tuple[aiohttp.ClientSession, aiohttp.ClientSession]:
         if self._closed:
@@ -428,6 +448,7 @@ class KubeClient:
             data = json.dumps(body, separators=(",", ":")).encode()
         total = self.timeout if timeout is None else timeout
         t0 = time.monotonic()
+        self._inflight[req_session] += 1
         try:
             async with req_session.request(
                 method,
@@ -445,6 +466,10 @@ class KubeClient:
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.debug("%s %s %s: transport error %s", self.name, method, path, type(exc).__name__)
             raise _transport_error(method, path, exc) from exc
+        finally:
+            self._inflight[req_session] -= 1
+            if self._inflight[req_session] <= 0:
+                del self._inflight[req_session]
         log.debug("%s %s %s -> %d (%.0f ms)", self.name, method, path, status, (time.monotonic() - t0) * 1e3)
         if status >= 400:
             raise _error_from(status, http_reason, raw, retry_after)

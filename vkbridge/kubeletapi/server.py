@@ -1,0 +1,442 @@
+"""The kubelet HTTPS API of the virtual node: what kube-apiserver calls for logs, exec, attach, stats.
+
+One TLS port serves two stacks: ``Sniffer`` sends SPDY/3.1 upgrades (kube-apiserver's translation of
+kubectl's WebSocket exec, technotes §0) to our SPDY code and everything else to aiohttp. Requests are
+authenticated and authorized like a kubelet in Webhook mode before any routing. Streams are relayed
+to the pool API server's ``pods/exec``/``pods/attach`` over WebSocket ``v5.channel.k8s.io``, or over
+SPDY/3.1 where the pool forbids that (Liqo's pool role); logs are streamed chunk by chunk from
+``pods/log``.
+
+Until a serving certificate exists the port is closed, and the reason is logged every minute (the
+silent wait of LIQO issue #241 cost days to diagnose).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Final
+
+from aiohttp import web
+
+from vkbridge.kube.client import PODS, ApiError, KubeClient
+from vkbridge.kubeletapi import rawhttp
+from vkbridge.kubeletapi.auth import KubeletAuth
+from vkbridge.kubeletapi.channels import (
+    SPDY_PROTOCOLS,
+    V1,
+    WS_PROTOCOLS,
+    ChannelError,
+    StreamOptions,
+    negotiate,
+    split_protocols,
+)
+from vkbridge.kubeletapi.pooldial import DialError, PoolDialer
+from vkbridge.kubeletapi.relay import relay
+from vkbridge.kubeletapi.sniffer import Sniffer
+from vkbridge.kubeletapi.spdyconn import SpdyConnection, SpdyExecFront, StreamSetTimeout
+from vkbridge.kubeletapi.stats import StatsProvider
+from vkbridge.kubeletapi.streams import StreamRoute, StreamService, not_reflected, stream_route
+from vkbridge.kubeletapi.tls import ServingTLS
+from vkbridge.kubeletapi.wsfront import WsExecFront
+from vkbridge.logs import get_logger
+
+__all__ = ["KubeletServer"]
+
+log = get_logger("vkbridge.kubeletapi")
+
+CERT_POLL_SECONDS: Final = 2.0
+CERT_LOG_EVERY: Final = 60.0
+SSL_SHUTDOWN_TIMEOUT: Final = 5.0
+LOG_PARAMS: Final = (
+    "follow",
+    "previous",
+    "sinceSeconds",
+    "sinceTime",
+    "timestamps",
+    "tailLines",
+    "limitBytes",
+    "stream",
+)
+_NOT_FOUND: Final = "404 page not found\n"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class KubeletServer:
+    """The kubelet API of one virtual node; ``start()``/``stop()`` own every task and connection.
+
+    ``ssl_context_provider`` is called on every TLS handshake, so it must return a cached context
+    (a new object means "rotated"); None means "no certificate yet". Client-certificate verification
+    against ``client_ca_pem`` is added to each context it returns. ``remote_namespace`` maps a local
+    namespace to its pool namespace (None: not reflected); ``local_pods`` lists the pods bound to
+    our node. ``authorize=False`` admits every request and exists for tests only.
+    """
+
+    def __init__(
+        self,
+        home: KubeClient,
+        pool: KubeClient,
+        *,
+        node_name: str,
+        listen_host: str = "0.0.0.0",
+        port: int,
+        ssl_context_provider: Callable[[], ssl.SSLContext | None],
+        client_ca_pem: bytes | None,
+        remote_namespace: Callable[[str], str | None],
+        local_pods: Callable[[], list[dict[str, Any]]],
+        authorize: bool = True,
+    ) -> None:
+        self.node_name = node_name
+        self._host = listen_host
+        self._port = port
+        self._pool = pool
+        self._remote_namespace = remote_namespace
+        self._local_pods = local_pods
+        self.auth = KubeletAuth(home, node_name, enabled=authorize)
+        if not authorize:
+            log.warning("kubelet API authorization is DISABLED: anyone reaching the port can exec")
+        self._dialer = PoolDialer(pool)
+        self._streams = StreamService(pool, self._dialer, remote_namespace)
+        self._stats = StatsProvider(pool, node_name, remote_namespace, local_pods)
+        self.tls = ServingTLS(ssl_context_provider, client_ca_pem)
+        self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
+        self._waiter: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._spdy_conns: set[SpdyConnection] = set()
+        self._sniffing: set[Sniffer] = set()
+        self._serving = asyncio.Event()
+        self.stream_protocols: Counter[str] = Counter()  # "spdy/v5.channel.k8s.io", "websocket/..."
+        self.active_log_streams = 0
+        self.active_exec_sessions = 0
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    @property
+    def port(self) -> int:
+        """The bound port once listening (the real one when configured with 0), else the configured."""
+        if self._server is not None and self._server.sockets:
+            return int(self._server.sockets[0].getsockname()[1])
+        return self._port
+
+    @property
+    def serving(self) -> bool:
+        return self._serving.is_set()
+
+    async def wait_serving(self, timeout: float | None = None) -> None:
+        async with asyncio.timeout(timeout):
+            await self._serving.wait()
+
+    async def start(self) -> None:
+        """Prepare the handlers and listen, or start waiting for a serving certificate (non-blocking)."""
+        runner = web.AppRunner(self._app(), handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
+        await runner.setup()
+        self._runner = runner
+        if self.tls.current() is not None:
+            await self._listen()
+        else:
+            self._waiter = asyncio.create_task(self._wait_for_certificate(), name="kubelet-api-cert")
+
+    async def stop(self) -> None:
+        if self._waiter is not None:
+            self._waiter.cancel()
+            await asyncio.gather(self._waiter, return_exceptions=True)
+            self._waiter = None
+        if self._server is not None:
+            self._server.close()
+        for sniffer in list(self._sniffing):  # idle connections that never sent a request
+            sniffer.close()
+        for t in list(self._tasks):  # sessions tell their clients they were interrupted, then close
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for conn in list(self._spdy_conns):
+            conn.close(goaway=True)
+        if self._spdy_conns:  # each closes, or is aborted after ABORT_AFTER
+            waits = [asyncio.ensure_future(c.closed.wait()) for c in self._spdy_conns]
+            _, pending = await asyncio.wait(waits, timeout=2.0)
+            for w in pending:
+                w.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._server is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2.0):
+                    await self._server.wait_closed()
+            self._server = None
+        self._serving.clear()
+        await self._dialer.close()
+
+    async def _wait_for_certificate(self) -> None:
+        last_log = -CERT_LOG_EVERY
+        while self.tls.current() is None:
+            now = time.monotonic()
+            if now - last_log >= CERT_LOG_EVERY:
+                last_log = now
+                log.warning(
+                    "kubelet API not listening: no serving certificate available yet "
+                    "(kubectl logs/exec on this node fail until one is issued; check the CSR approval)",
+                    node=self.node_name,
+                    port=self._port,
+                )
+            await asyncio.sleep(CERT_POLL_SECONDS)
+        delay = 1.0
+        while True:
+            try:
+                await self._listen()
+                return
+            except OSError as exc:  # e.g. the port is still taken: keep trying, capped backoff
+                log.error(
+                    "kubelet API cannot listen; retrying", port=self._port, error=str(exc), retry_in=delay
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    async def _listen(self) -> None:
+        assert self._runner is not None and self._runner.server is not None
+        http_factory = self._runner.server
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Sniffer(http_factory, self._spdy_entry, live=self._sniffing),
+            self._host,
+            self._port,
+            ssl=self.tls.listener_context(),
+            reuse_address=True,
+            ssl_shutdown_timeout=SSL_SHUTDOWN_TIMEOUT,
+        )
+        self._serving.set()
+        log.info("kubelet API listening", node=self.node_name, address=f"{self._host}:{self.port}")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------------------------------ aiohttp
+
+    def _app(self) -> web.Application:
+        app = web.Application(middlewares=[self._auth_middleware], client_max_size=1024**2)
+        r = app.router
+        r.add_get("/healthz", self._healthz)
+        r.add_get("/pods", self._pods)
+        r.add_get("/runningpods/", self._pods)
+        r.add_get("/stats/summary", self._summary)
+        r.add_get("/stats/summary/", self._summary)
+        r.add_get("/containerLogs/{ns}/{pod}/{container}", self._container_logs)
+        for method in ("GET", "POST"):
+            for prefix in ("/exec", "/attach"):
+                r.add_route(method, prefix + "/{ns}/{pod}/{container}", self._ws_stream)
+                r.add_route(method, prefix + "/{ns}/{pod}/{uid}/{container}", self._ws_stream)
+            r.add_route(method, "/portForward/{ns}/{pod}", self._port_forward)
+            r.add_route(method, "/portForward/{ns}/{pod}/{uid}", self._port_forward)
+        return app
+
+    @web.middleware
+    async def _auth_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        transport = request.transport
+        peercert = transport.get_extra_info("peercert") if transport is not None else None
+        result = await self.auth.check(
+            request.method, request.path, peercert, request.headers.get("Authorization")
+        )
+        if not result.ok:
+            return web.Response(status=result.status, text=result.message)
+        return await handler(request)
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _pods(self, request: web.Request) -> web.Response:
+        items = self._local_pods()
+        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+
+    async def _summary(self, request: web.Request) -> web.Response:
+        return web.json_response(await self._stats.summary())
+
+    async def _port_forward(self, request: web.Request) -> web.Response:
+        return web.Response(status=501, text="port-forward is not implemented by this virtual kubelet\n")
+
+    async def _container_logs(self, request: web.Request) -> web.StreamResponse:
+        ns, pod = request.match_info["ns"], request.match_info["pod"]
+        remote = self._remote_namespace(ns)
+        if remote is None:
+            return web.Response(status=404, text=not_reflected(ns, pod))
+        params: dict[str, str] = {"container": request.match_info["container"]}
+        params.update({k: request.query[k] for k in LOG_PARAMS if k in request.query})
+        if "tail" in request.query and "tailLines" not in params and request.query["tail"] != "all":
+            params["tailLines"] = request.query["tail"]  # the kubelet's legacy spelling
+        follow = params.get("follow", "").lower() in ("true", "1")
+        path = PODS.path(remote, pod, "log")
+        self.active_log_streams += 1
+        try:
+            async with self._pool.stream("GET", path, params, timeout=None if follow else 60.0) as upstream:
+                resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+                await resp.prepare(request)
+                try:
+                    async for chunk in upstream.content.iter_any():
+                        await resp.write(chunk)
+                except (ConnectionError, TimeoutError, OSError) as exc:
+                    log.info("log stream ended early", pod=f"{ns}/{pod}", reason=type(exc).__name__)
+                    return resp
+                await resp.write_eof()
+                return resp
+        except ApiError as exc:
+            status = exc.status if 400 <= exc.status < 600 else 502
+            return web.Response(status=status, text=exc.message or exc.reason)
+        finally:
+            self.active_log_streams -= 1
+
+    async def _ws_stream(self, request: web.Request) -> web.StreamResponse:
+        route = stream_route(request.path)
+        if route is None:
+            return web.Response(status=404, text=_NOT_FOUND)
+        if not web.WebSocketResponse(protocols=WS_PROTOCOLS).can_prepare(request).ok:
+            return web.Response(
+                status=400, text="unable to upgrade: a WebSocket or SPDY/3.1 upgrade request is required\n"
+            )
+        offered = split_protocols(request.headers.getall("Sec-WebSocket-Protocol", []))
+        protocol = negotiate(offered, WS_PROTOCOLS) if offered else V1
+        if protocol is None:
+            return web.Response(
+                status=400, text=f"unable to negotiate a stream protocol: client offered {offered}\n"
+            )
+        try:
+            opts = StreamOptions.from_query(
+                request.query.get, request.query.getall, exec_=route.kind == "exec"
+            )
+        except ChannelError as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        try:
+            pool_stream = await self._streams.open(route, opts)
+        except DialError as exc:
+            return web.Response(status=exc.status, text=exc.message + "\n")
+        try:
+            ws = web.WebSocketResponse(
+                protocols=(protocol,) if offered else (), autoping=True, max_msg_size=0
+            )
+            await ws.prepare(request)
+            front = WsExecFront(ws, protocol, opts)
+            await front.start()
+        except BaseException:
+            await pool_stream.close()
+            raise
+        self.stream_protocols[f"websocket/{protocol}"] += 1
+        self.active_exec_sessions += 1
+        try:
+            result = await relay(front, pool_stream)
+        finally:
+            self.active_exec_sessions -= 1
+        _log_stream(
+            route, f"websocket->{pool_stream.transport}", protocol, result.exit_code, result.status is None
+        )
+        return ws
+
+    # ------------------------------------------------------------------------------------------ SPDY
+
+    def _spdy_entry(self, transport: asyncio.Transport, head: bytes, rest: bytes) -> None:
+        conn = SpdyConnection()
+        conn.on_lost = lambda: self._spdy_conns.discard(conn)
+        transport.set_protocol(conn)
+        conn.connection_made(transport)
+        if rest:
+            conn.data_received(rest)
+        self._spdy_conns.add(conn)
+        peercert = transport.get_extra_info("peercert")
+        self._spawn(self._serve_spdy(conn, head, peercert), "kubelet-api-spdy")
+
+    async def _serve_spdy(self, conn: SpdyConnection, raw_head: bytes, peercert: Any) -> None:
+        try:
+            await self._spdy_session(conn, raw_head, peercert)
+        except Exception:
+            log.exception("SPDY stream failed")
+        finally:
+            conn.close()  # idempotent; also covers cancellation before the relay took over
+
+    async def _spdy_session(self, conn: SpdyConnection, raw_head: bytes, peercert: Any) -> None:
+        def refuse(status: int, text: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
+            conn.write_raw(rawhttp.response(status, text, headers))
+            conn.close()
+
+        try:
+            head = rawhttp.parse_head(raw_head)
+        except rawhttp.BadRequest as exc:
+            return refuse(400, f"{exc}\n")
+        result = await self.auth.check(head.method, head.path, peercert, head.header("authorization"))
+        if not result.ok:
+            return refuse(result.status, result.message)
+        route = stream_route(head.path)
+        if route is None or head.method not in ("GET", "POST"):
+            return refuse(404, _NOT_FOUND)
+        if route.kind == "portforward":
+            return refuse(501, "port-forward is not implemented by this virtual kubelet\n")
+        offered = head.header_all("x-stream-protocol-version")
+        if not offered:
+            return refuse(400, "unable to upgrade: header X-Stream-Protocol-Version does not exist\n")
+        protocol = negotiate(offered, SPDY_PROTOCOLS)
+        log.debug("SPDY upgrade", path=head.path, method=head.method, offered=",".join(offered))
+        if protocol is None:
+            accepted = tuple(("X-Accepted-Stream-Protocol-Versions", p) for p in SPDY_PROTOCOLS)
+            return refuse(
+                403,
+                f"unable to upgrade: unable to negotiate protocol: client supports "
+                f"{split_protocols(offered)}, server accepts {list(SPDY_PROTOCOLS)}\n",
+                accepted,
+            )
+        try:
+            opts = StreamOptions.from_query(head.param, head.params, exec_=route.kind == "exec")
+        except ChannelError as exc:
+            return refuse(400, f"{exc}\n")
+        try:
+            pool_stream = await self._streams.open(route, opts)
+        except DialError as exc:
+            return refuse(exc.status, exc.message + "\n")
+        try:
+            conn.write_raw(
+                rawhttp.response(
+                    101,
+                    headers=(
+                        ("Connection", "Upgrade"),
+                        ("Upgrade", "SPDY/3.1"),
+                        ("X-Stream-Protocol-Version", protocol),
+                    ),
+                )
+            )
+            conn.start_framing()
+            await conn.wait_streams(opts.spdy_streams(protocol))
+        except (StreamSetTimeout, ConnectionError) as exc:
+            log.warning("exec: the API server did not open its streams", pod=_ref(route), error=str(exc))
+            await pool_stream.close()
+            conn.close(goaway=True)
+            return None
+        except BaseException:
+            await pool_stream.close()
+            raise
+        self.stream_protocols[f"spdy/{protocol}"] += 1
+        self.active_exec_sessions += 1
+        try:
+            outcome = await relay(SpdyExecFront(conn, protocol), pool_stream)
+        finally:
+            self.active_exec_sessions -= 1
+        _log_stream(
+            route, f"spdy->{pool_stream.transport}", protocol, outcome.exit_code, outcome.status is None
+        )
+        return None
+
+
+def _ref(route: StreamRoute) -> str:
+    return f"{route.namespace}/{route.pod}"
+
+
+def _log_stream(route: StreamRoute, transport: str, protocol: str, code: int | None, left: bool) -> None:
+    log.info(
+        f"{route.kind} ended",
+        pod=_ref(route),
+        container=route.container,
+        transport=transport,
+        protocol=protocol,
+        outcome="client left" if left else ("exit " + str(code) if code is not None else "error"),
+    )

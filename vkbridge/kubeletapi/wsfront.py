@@ -1,0 +1,87 @@
+"""The WebSocket front of an exec/attach session (channel protocols v1/v4/v5 and base64 variants).
+
+The API server forwards these unchanged: v4 from Python clients always, v5 from kubectl when the node
+declares ``ExtendWebSocketsToKubelet`` (technotes §1.2, §1.6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from vkbridge.kubeletapi.channels import (
+    CLOSE,
+    ERROR,
+    RESIZE,
+    STDERR,
+    STDIN,
+    STDOUT,
+    V5,
+    ChannelError,
+    StreamOptions,
+    decode_ws,
+    encode_ws,
+    error_payload,
+)
+from vkbridge.kubeletapi.relay import ExecFront, Inbound
+
+__all__ = ["WsExecFront"]
+
+
+class WsExecFront(ExecFront):
+    def __init__(self, ws: web.WebSocketResponse, protocol: str, opts: StreamOptions) -> None:
+        self.protocol = protocol
+        self._ws = ws
+        self._opts = opts
+        self._gone = False
+
+    async def start(self) -> None:
+        """Kubernetes servers open with an empty message on the lowest writable channel."""
+        first = STDOUT if self._opts.stdout else STDERR if self._opts.stderr else ERROR
+        await self._send(first, b"")
+
+    async def receive(self) -> Inbound:
+        while not self._gone:
+            msg = await self._ws.receive()
+            if msg.type not in (WSMsgType.BINARY, WSMsgType.TEXT):
+                if msg.type in (WSMsgType.PING, WSMsgType.PONG):
+                    continue
+                self._gone = True  # CLOSE, CLOSING, CLOSED, ERROR
+                break
+            try:
+                channel, data = decode_ws(self.protocol, msg.data)
+            except ChannelError:
+                continue
+            if channel == STDIN and data:
+                return Inbound("stdin", data)
+            if channel == RESIZE and data:
+                return Inbound("resize", data)
+            if channel == CLOSE and self.protocol == V5 and data[:1] == bytes([STDIN]):
+                return Inbound("stdin_eof")
+        return Inbound("gone")
+
+    async def _send(self, channel: int, data: bytes) -> None:
+        if self._ws.closed:
+            return
+        msg = encode_ws(self.protocol, channel, data)
+        with contextlib.suppress(ConnectionError):
+            if isinstance(msg, str):
+                await self._ws.send_str(msg)
+            else:
+                await self._ws.send_bytes(msg)
+
+    async def send(self, channel: int, data: bytes) -> None:
+        if channel == STDERR and not self._opts.stderr:
+            channel = STDOUT  # a TTY merges stderr into stdout
+        await self._send(channel, data)
+
+    async def finish(self, status: dict[str, Any]) -> None:
+        payload = error_payload(self.protocol, status)
+        if payload is not None:
+            await self._send(ERROR, payload)
+        await self._ws.close()
+
+    async def abort(self) -> None:
+        await self._ws.close()
