@@ -389,8 +389,7 @@ async def test_serving_certificate_issued_by_kcm_after_approval(
                 await home.delete(CERTIFICATESIGNINGREQUESTS, csr_name)
 
 
-async def test_self_signed_serving_certificate() -> None:
-    home = KubeClient.__new__(KubeClient)  # never used in self-signed mode
+async def test_self_signed_serving_certificate(home: KubeClient) -> None:
     mgr = ServingCertificateManager(
         home, node_name="node-x", node_ip="127.0.0.1", certificate_type="self-signed"
     )
@@ -541,12 +540,14 @@ async def test_renew_on_the_pool_when_the_resourceslice_is_not_resigned(
         assert kubeconfig_of(secret)[1] == b.key_pem
         assert secret["metadata"]["annotations"]["test.vkbridge.io/mark"] == str(marks["n"]), "no write lost"
 
+        # The answered Renew is deleted once used (the tenant may delete its Renews): at most one remains.
         renews = await our_renews(pool_admin, b)
-        assert len(renews) == 1, [r["metadata"]["name"] for r in renews]
-        assert base64.b64decode(renews[0]["status"]["authParams"]["signedCRT"]) == new_pem
-        spec = renews[0]["spec"]
-        assert spec["identityType"] == "ResourceSlice" and spec["resourceSliceRef"] == {"name": b.slug}
-        assert spec["consumerClusterID"] == b.consumer_id
+        assert len(renews) <= 1, [r["metadata"]["name"] for r in renews]
+        for renew in renews:
+            assert base64.b64decode(renew["status"]["authParams"]["signedCRT"]) == new_pem
+            spec = renew["spec"]
+            assert spec["identityType"] == "ResourceSlice" and spec["resourceSliceRef"] == {"name": b.slug}
+            assert spec["consumerClusterID"] == b.consumer_id
         rs = await home.get(RESOURCESLICES, b.slug, b.tenant_ns)
         assert base64.b64decode(rs["status"]["authParams"]["signedCRT"]) == b.cert_pem, "slice not re-signed"
         await asyncio.sleep(1.0)
@@ -638,3 +639,33 @@ async def test_secret_swaps_refuses_insecure_and_keeps_newer_certificate(
         assert "insecure-skip-tls-verify" in stack.invalid[0] and "refusing" in stack.invalid[0]
         assert stack.pool.credentials.client_cert_pem == cert and stack.watcher.swaps == 1
         assert (await stack.pool.request("POST", REVIEW_PATH, body=REVIEW))["status"]["userInfo"]
+
+
+async def test_expired_certificate_is_reported_once_and_not_renewed(
+    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
+    home: KubeClient,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Nobody renews a 20-second certificate: after expiry, one line telling the operator what to do."""
+    caplog.set_level(logging.INFO, logger="vkbridge")
+    knobs = {
+        "renew_fraction": 0.9,
+        "provider_grace": 0.0,
+        "answer_timeout": 1.0,
+        "retry_base": 0.5,
+        "retry_cap": 1.0,
+    }
+    async with new_peering("20s", None) as (b, _), credential_stack(home, b, renewer=knobs) as stack:
+        assert stack.renewer is not None
+        first = x509.load_pem_x509_certificate(b.cert_pem)
+        expired_at = first.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+        line = (
+            f"the pool client certificate expired at {expired_at}: apply a new bundle "
+            "(user guide section 5, Rotate the credentials)"
+        )
+        await eventually(lambda: line in caplog.messages, "the expiry line", timeout=40)
+        failures = stack.renewer.failures
+        await asyncio.sleep(3)  # several retry periods: nothing more is attempted with a dead credential
+        assert caplog.messages.count(line) == 1
+        assert stack.renewer.failures == failures
+        assert (stack.metric("vkbridge_client_certificate_expiry_seconds") or 0) < 0

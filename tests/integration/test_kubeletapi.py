@@ -4,7 +4,8 @@ A fake Node on the consumer points at our in-process KubeletServer (InternalIP 1
 a serving certificate from the consumer CA, which is its --kubelet-certificate-authority). Its pod
 "app" is mirrored by a same-name pod in a pool namespace that the fake pool kubelets run. kubectl
 against the consumer then exercises logs, exec (SPDY from the apiserver's translator, and WebSocket
-passthrough), stdin, TTY and exit codes; plain HTTPS requests exercise authn/authz.
+passthrough), stdin, TTY and exit codes; plain HTTPS requests exercise authn/authz. The SPDY client
+toward a pool that forbids WebSocket exec is driven through the consumer API server as that "pool".
 """
 
 from __future__ import annotations

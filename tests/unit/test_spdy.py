@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -228,7 +229,8 @@ def test_stream_options_from_kubelet_query() -> None:
         ("tty", "true"),
     ]
     with pytest.raises(ch.ChannelError):
-        ch.StreamOptions.from_query({}.get, lambda n: ["ls"], exec_=True)
+        empty: dict[str, str] = {}
+        ch.StreamOptions.from_query(empty.get, lambda n: ["ls"], exec_=True)
     with pytest.raises(ch.ChannelError):
         ch.StreamOptions.from_query({"output": "1"}.get, lambda n: [], exec_=True)
     attach = ch.StreamOptions.from_query({"stdout": "true"}.get, lambda n: [], exec_=False)
@@ -236,7 +238,7 @@ def test_stream_options_from_kubelet_query() -> None:
 
 
 def test_status_payloads_per_protocol() -> None:
-    exit3 = {
+    exit3: dict[str, Any] = {
         "metadata": {},
         "status": "Failure",
         "message": "command terminated with non-zero exit code: exit code 3",
