@@ -21,6 +21,7 @@ from e2e.bundle import create_bundle
 from e2e.emulator import launch_emulator
 from e2e.fakekubelet import launch_fake_kubelets
 from e2e.fixtures_pool import CONSUMER_ID, POOL_NODES, SLUG, offload_namespace
+from e2e.identity import service_account_kubeconfig
 from e2e.planes import start_planes
 from e2e.tunnel import TunnelProxy
 from e2e.vkbridge_proc import VkbridgeOptions, VkbridgeProcess
@@ -110,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
             vk: VkbridgeProcess | None = None
             if not args.no_vkbridge:
                 opts = VkbridgeOptions(
-                    home_kubeconfig=consumer.admin_kubeconfig, slug=SLUG, consumer_id=CONSUMER_ID,
-                    secret_name=bundle.secret_name, tenant_ns=bundle.tenant_ns,
+                    home_kubeconfig=service_account_kubeconfig(consumer, bundle, work), slug=SLUG,
+                    consumer_id=CONSUMER_ID, secret_name=bundle.secret_name, tenant_ns=bundle.tenant_ns,
+                    certificate_type="kubelet",
                 )  # fmt: skip
                 vk = VkbridgeProcess(opts, work / "vkbridge.log").start()
                 handles.append(vk)
