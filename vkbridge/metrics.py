@@ -19,13 +19,15 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.reflection_items = Counter(
+        # Liqo's Go client exposes these two without a `_total` suffix; prometheus_client would add one
+        # to a Counter, so they are gauges that only ever go up: dashboards built for Liqo keep working.
+        self.reflection_items = Gauge(
             "liqo_virtual_kubelet_reflection_item_counter",
             "Items reflected successfully (one per successful handle).",
             _LIQO_LABELS,
             registry=r,
         )
-        self.reflection_errors = Counter(
+        self.reflection_errors = Gauge(
             "liqo_virtual_kubelet_reflection_error_counter",
             "Reflection handles that failed and were retried.",
             _LIQO_LABELS,

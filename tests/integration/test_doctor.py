@@ -77,3 +77,32 @@ def test_doctor_names_a_revoked_credential(
     wait_until(
         lambda: node_ready(consumer, bundle.slug) == "True", 30, "Ready again with the valid credential"
     )
+
+
+def test_revoked_credential_means_unauthorized_and_notready_then_recovers_without_restart(
+    consumer: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess
+) -> None:
+    path = f"/api/v1/namespaces/{bundle.tenant_ns}/secrets/{bundle.secret_name}"
+    original = get(consumer, path)
+    assert original is not None
+    pid = vkbridge.pid
+    mark = len(vkbridge.log_text())
+    stranger = CertAuthority.create("not-the-pool-ca")
+    cert, key = stranger.issue(bundle.identity_cn, [bundle.consumer_id], client=True)
+    assert key is not None
+    server = bundle.kubeconfig["clusters"][0]["cluster"]["server"]
+    revoked = yaml.safe_dump(kubeconfig_dict(server, bundle.ca_pem, cert, key, "revoked")).encode()
+    must(consumer, "PATCH", path, {"data": {"kubeconfig": base64.b64encode(revoked).decode()}},
+         content_type="application/merge-patch+json")  # fmt: skip
+    try:
+        vkbridge.wait_for_log("pool rejects our credential.*Rotate the credentials", 20, start=mark)
+        wait_until(
+            lambda: node_ready(consumer, bundle.slug) not in ("True", None), 45, "NotReady", interval=0.5
+        )
+    finally:
+        must(consumer, "PATCH", path, {"data": {"kubeconfig": original["data"]["kubeconfig"]}},
+             content_type="application/merge-patch+json")  # fmt: skip
+    wait_until(
+        lambda: node_ready(consumer, bundle.slug) == "True", 30, "Ready again with the valid credential"
+    )
+    assert vkbridge.pid == pid and vkbridge.alive(), "recovered without a restart"
