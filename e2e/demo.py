@@ -129,7 +129,13 @@ def main(argv: list[str] | None = None) -> int:
                 consumer.api("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", burst_hello(SLUG))
                 wait(lambda: _phase(consumer) in ("Running", "Succeeded"), 90, "burst-hello to run")
                 time.sleep(1.0)
-                logs = consumer.kubectl("-n", NAMESPACE, "logs", "burst-hello", check=False)
+                # The kubelet API listens once kube-controller-manager signed vkbridge's serving certificate.
+                deadline = time.monotonic() + 60
+                while True:
+                    logs = consumer.kubectl("-n", NAMESPACE, "logs", "burst-hello", check=False)
+                    if logs.returncode == 0 or time.monotonic() > deadline:
+                        break
+                    time.sleep(1.0)
                 say("kubectl -n my-team logs burst-hello:")
                 print(
                     logs.stdout if logs.returncode == 0 else f"(kubectl logs failed: {logs.stderr.strip()})"

@@ -35,18 +35,23 @@ from vkbridge.logs import get_logger
 log = get_logger("reflectors.engine")
 
 
-def accepted_pairs(namespace_maps: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """local namespace -> remote namespace, for every mapping the pool Accepted."""
-    out: dict[str, str] = {}
+PAIRED_PHASES = ("Accepted", "Terminating")
+
+
+def accepted_pairs(namespace_maps: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
+    """local namespace -> (remote namespace, phase) for every mapping the pool Accepted or is removing.
+
+    A Terminating pair stays so that pods being deleted with their namespace finish the normal way
+    (ShadowPod deleted, remote pod gone, local pod removed); nothing new is sent to it.
+    """
+    out: dict[str, tuple[str, str]] = {}
     for nm in namespace_maps:
         current = (nm.get("status") or {}).get("currentMapping") or {}
         for local, entry in current.items():
-            if (
-                isinstance(entry, Mapping)
-                and entry.get("phase") == "Accepted"
-                and entry.get("remoteNamespace")
-            ):
-                out[str(local)] = str(entry["remoteNamespace"])
+            if not isinstance(entry, Mapping) or not entry.get("remoteNamespace"):
+                continue
+            if entry.get("phase") in PAIRED_PHASES:
+                out[str(local)] = (str(entry["remoteNamespace"]), str(entry["phase"]))
     return out
 
 
@@ -163,11 +168,16 @@ class ReflectionEngine:
         desired = accepted_pairs(maps)
         for local in list(self.pairs):
             pair = self.pairs[local]
-            if desired.get(local) != pair.remote:
+            if local not in desired or desired[local][0] != pair.remote:
                 self._stop_pair(self.pairs.pop(local))
-        for local, remote in desired.items():
+        for local, (remote, phase) in desired.items():
             if local not in self.pairs:
                 self._start_pair(local, remote)
+            pair = self.pairs[local]
+            if pair.phase != phase:
+                log.info("namespace mapping phase changed", namespace=local, remote=remote, phase=phase)
+                pair.phase = phase
+                self._requeue_namespace(local)
 
     def _start_pair(self, local: str, remote: str) -> None:
         assert self._tg is not None
@@ -235,7 +245,10 @@ class ReflectionEngine:
                 if not self.ctx.reach.connected:
                     self.parked.add(key)
                 return None  # queued again by _when_synced
-            if self.local_pods.get(key) is not None and not self.all_pairs_synced():
+            local = self.local_pods.get(key)
+            if pair.phase != "Accepted" and local is not None and not fp.is_terminating(local):
+                return None  # the pool is removing this namespace: send nothing new, abort nothing
+            if local is not None and not self.all_pairs_synced():
                 return RequeueAfter(1.0)  # admission needs every pair's ShadowPods counted first
             return await self.pods.handle(key, pair)
         except (PoolUnavailable, ConfigurationPoolUnavailable):

@@ -33,6 +33,7 @@ class NamespacePair:
     shadows: Cache
     remote_pods: Cache
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    phase: str = "Accepted"  # or "Terminating": the pool is removing the remote namespace
 
     @property
     def synced(self) -> bool:
