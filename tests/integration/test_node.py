@@ -185,15 +185,17 @@ def test_sigterm_stops_within_5s_and_leaves_the_node(
     consumer: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess
 ) -> None:
     t0 = time.monotonic()
-    code = vkbridge.stop(timeout=10)
-    took = time.monotonic() - t0
-    assert code == 0, vkbridge.tail(20)
-    assert took < 5, f"SIGTERM took {took:.1f}s"
-    assert get(consumer, f"/api/v1/nodes/{bundle.slug}") is not None, "the Node must stay"
-    vkbridge.wait_for_log("shutting down", 1)
-    print(f"\nSIGTERM -> exit in {took:.2f}s")
-    vkbridge.start()
-    wait_until(lambda: node_ready(consumer, bundle.slug) == "True", 30, "Ready again after restart")
+    try:
+        code = vkbridge.stop(timeout=10)
+        took = time.monotonic() - t0
+        assert code == 0, vkbridge.tail(20)
+        assert took < 5, f"SIGTERM took {took:.1f}s"
+        assert get(consumer, f"/api/v1/nodes/{bundle.slug}") is not None, "the Node must stay"
+        vkbridge.wait_for_log("shutting down", 1)
+        print(f"\nSIGTERM -> exit in {took:.2f}s")
+    finally:
+        vkbridge.start()  # the session's vkbridge serves the tests after this one
+        wait_until(lambda: node_ready(consumer, bundle.slug) == "True", 60, "Ready again after restart")
 
 
 def test_virtualnode_label_change_reaches_the_node_within_2s(
