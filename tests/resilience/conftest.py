@@ -10,6 +10,7 @@ Fixtures:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,10 @@ from tests.fixtures_vkbridge import node_ready, vkbridge_options, wait_until
 from tests.resilience.kit import Figures, OwnVkbridge
 
 HERE = Path(__file__).resolve().parent
+# Extra environment for the scenarios' own vkbridge processes, "K=V,K2=V2" (e.g. to try a fix).
+EXTRA_ENV = dict(
+    kv.split("=", 1) for kv in os.environ.get("VKB_RESILIENCE_VK_ENV", "").split(",") if "=" in kv
+)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -65,7 +70,9 @@ def own_vkbridge(
     started: list[VkbridgeProcess] = []
 
     def start(tag: str = "own", **kw: Any) -> VkbridgeProcess:
-        proc = VkbridgeProcess(vkbridge_options(consumer, bundle, **kw), logs / f"{tag}.log")
+        opts = vkbridge_options(consumer, bundle, **kw)
+        opts.env = {**EXTRA_ENV, **opts.env}
+        proc = VkbridgeProcess(opts, logs / f"{tag}.log")
         started.append(proc)
         return proc.start()
 

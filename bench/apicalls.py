@@ -1,0 +1,349 @@
+"""API calls per reflected pod, counted by the two API servers, from creation to all Running (and, as
+context, for the deletion): `apiserver_request_total` diffed before/after, split by verb and resource.
+
+That metric has no client label, so the API servers also write an audit log (level Metadata) in this
+benchmark: each request's user agent tells vkbridge ("vkbridge/...") from the pool emulator (aiohttp's
+default agent), the fake kubelets ("vkbridge-fakekubelet/..."), the scheduler, the controller-manager
+(one agent per controller) and the bench itself. A vanilla run (the same Deployment on the pool alone)
+gives the baseline every pod costs anyway.
+
+    python -m bench.apicalls [--pods 500] [--no-vanilla] [--no-delete]
+
+Target (DESIGN §5): <= 3 writes per reflected pod (create to Running) — by vkbridge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    TARGETS,
+    FirstSeen,
+    Testbed,
+    TestbedOptions,
+    apiserver_requests,
+    common_args,
+    deployment,
+    loadavg,
+    nodes_for,
+    say,
+    table,
+    wait_for,
+    watch_phase,
+    write_results,
+)
+from e2e.fixtures_pool import SLUG
+
+WRITE_VERBS_METRIC = {"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"}
+READ_VERBS_METRIC = {"GET", "LIST", "WATCH"}
+WRITE_VERBS_AUDIT = {"create", "update", "patch", "delete", "deletecollection"}
+READ_VERBS_AUDIT = {"get", "list", "watch"}
+POD_RESOURCES = {"pods", "pods/status", "shadowpods", "shadowpods/status", "events", "pods/binding"}
+
+Samples = dict[tuple[tuple[str, str], ...], float]
+
+
+# ------------------------------------------------------------------------------------ metric diffs
+
+
+def metric_diff(before: Samples, after: Samples) -> Counter[tuple[str, str]]:
+    """(verb, resource[/subresource]) -> requests in the window, from apiserver_request_total."""
+    out: Counter[tuple[str, str]] = Counter()
+    for labels, v in after.items():
+        d = dict(labels)
+        delta = v - before.get(labels, 0.0)
+        if delta <= 0:
+            continue
+        res = d.get("resource", "") or "(non-resource)"
+        if d.get("subresource"):
+            res += "/" + d["subresource"]
+        out[(d.get("verb", "?"), res)] += round(delta)
+    return out
+
+
+def split_rw(c: Mapping[tuple[str, str], int], writes: set[str], reads: set[str]) -> tuple[int, int]:
+    w = sum(v for (verb, _), v in c.items() if verb in writes)
+    r = sum(v for (verb, _), v in c.items() if verb in reads)
+    return w, r
+
+
+# ------------------------------------------------------------------------------------ audit
+
+
+def actor(user: str, agent: str) -> str:
+    """Who sent a request, from the user agent (every client here is admin or a system identity)."""
+    a = agent or ""
+    if a.startswith("vkbridge-fakekubelet"):
+        return "fake-kubelet"
+    if a.startswith("vkbridge-bench") or a.startswith("Python-urllib"):
+        return "bench"
+    if a.startswith("vkbridge/"):
+        return "vkbridge"
+    if a.startswith("Python/") and "aiohttp" in a:
+        return "emulator"
+    if a.startswith("kube-controller-manager"):
+        return "kcm:" + a.rsplit("/", 1)[-1]
+    if a.startswith("kube-scheduler"):
+        return "scheduler"
+    if a.startswith("kube-apiserver"):
+        return "apiserver"
+    if a.startswith("kubectl"):
+        return "kubectl"
+    return f"other:{user}:{a.split(' ')[0][:40]}"
+
+
+class AuditReader:
+    """Reads one audit log from an offset; counts each request once (by auditID) from a start time on."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def mark(self) -> None:
+        self.offset = self.path.stat().st_size if self.path.exists() else 0
+
+    def read(self, since: dt.datetime) -> Counter[tuple[str, str, str]]:
+        """(actor, verb, resource[/subresource]) -> requests received at or after `since`."""
+        out: Counter[tuple[str, str, str]] = Counter()
+        seen: set[str] = set()
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            for raw in f:
+                try:
+                    ev = json.loads(raw)
+                except ValueError:
+                    continue
+                aid = ev.get("auditID")
+                if aid in seen:
+                    continue
+                seen.add(aid)
+                received = ev.get("requestReceivedTimestamp") or ""
+                try:
+                    if dt.datetime.fromisoformat(received.replace("Z", "+00:00")) < since:
+                        continue
+                except ValueError:
+                    pass
+                ref = ev.get("objectRef") or {}
+                res = ref.get("resource") or "(non-resource)"
+                if ref.get("subresource"):
+                    res += "/" + ref["subresource"]
+                who = actor((ev.get("user") or {}).get("username", ""), ev.get("userAgent", ""))
+                out[(who, ev.get("verb", "?"), res)] += 1
+        return out
+
+
+def by_actor(c: Counter[tuple[str, str, str]], n: int) -> list[list[object]]:
+    actors = sorted({a for a, _, _ in c})
+    rows = []
+    for a in actors:
+        w = sum(v for (x, verb, _), v in c.items() if x == a and verb in WRITE_VERBS_AUDIT)
+        r = sum(v for (x, verb, _), v in c.items() if x == a and verb in READ_VERBS_AUDIT)
+        rows.append([a, w, round(w / n, 3), r, round(r / n, 3)])
+    rows.sort(key=lambda row: -int(str(row[1])))
+    return rows
+
+
+def verbs_of(c: Counter[tuple[str, str, str]], who: str, n: int) -> list[list[object]]:
+    rows: list[list[object]] = [
+        [verb, res, v, round(v / n, 3)] for (a, verb, res), v in sorted(c.items()) if a == who
+    ]
+    rows.sort(key=lambda row: -int(str(row[2])))
+    return rows
+
+
+# ------------------------------------------------------------------------------------ one window
+
+
+class Window:
+    """Metrics and audit of both API servers between start() and stop()."""
+
+    def __init__(self, tb: Testbed) -> None:
+        self.tb = tb
+        self.before: dict[str, Samples] = {}
+        self.audits = {name: AuditReader(path) for name, path in tb.audit_logs.items()}
+        self.since = dt.datetime.now(dt.UTC)
+
+    def start(self) -> None:
+        for a in self.audits.values():
+            a.mark()
+        self.since = dt.datetime.now(dt.UTC)
+        self.before = {p.name: apiserver_requests(p) for p in (self.tb.consumer, self.tb.pool)}
+
+    def stop(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for p in (self.tb.consumer, self.tb.pool):
+            m = metric_diff(self.before[p.name], apiserver_requests(p))
+            out[p.name] = {"metric": m, "audit": self.audits[p.name].read(self.since)}
+        return out
+
+
+def summarize(win: dict[str, Any], n: int) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    for server, d in win.items():
+        m: Counter[tuple[str, str]] = d["metric"]
+        a: Counter[tuple[str, str, str]] = d["audit"]
+        w, r = split_rw(m, WRITE_VERBS_METRIC, READ_VERBS_METRIC)
+        vk_w = sum(v for (x, verb, _), v in a.items() if x == "vkbridge" and verb in WRITE_VERBS_AUDIT)
+        vk_pod_w = sum(
+            v
+            for (x, verb, rs), v in a.items()
+            if x == "vkbridge" and verb in WRITE_VERBS_AUDIT and rs in POD_RESOURCES
+        )
+        vk_r = sum(v for (x, verb, _), v in a.items() if x == "vkbridge" and verb in READ_VERBS_AUDIT)
+        res[server] = {
+            "everyone_writes": w,
+            "everyone_reads": r,
+            "everyone_writes_per_pod": round(w / n, 3),
+            "everyone_reads_per_pod": round(r / n, 3),
+            "vkbridge_writes": vk_w,
+            "vkbridge_writes_per_pod": round(vk_w / n, 3),
+            "vkbridge_pod_writes_per_pod": round(vk_pod_w / n, 3),
+            "vkbridge_reads_per_pod": round(vk_r / n, 3),
+            "metric_by_verb_resource": {f"{v} {rs}": c for (v, rs), c in sorted(m.items())},
+            "audit_by_actor": by_actor(a, n),
+            "vkbridge_by_verb_resource": verbs_of(a, "vkbridge", n),
+        }
+    return res
+
+
+def print_window(title: str, s: dict[str, Any], n: int) -> None:
+    print(f"\n== {title} (N={n}) ==")
+    rows = []
+    for server, d in s.items():
+        for key, c in sorted(d["metric_by_verb_resource"].items(), key=lambda kv: -kv[1]):
+            verb = key.split(" ", 1)[0]
+            if verb in WRITE_VERBS_METRIC or c / n >= 0.05:
+                kind = "write" if verb in WRITE_VERBS_METRIC else "read"
+                rows.append([server, kind, key, c, round(c / n, 3)])
+    print("apiserver_request_total, everyone (writes, and reads >= 0.05/pod):")
+    print(table(["server", "kind", "verb resource", "requests", "per pod"], rows))
+    print("\nby client (audit log):")
+    rows = [[server, *row] for server, d in s.items() for row in d["audit_by_actor"]]
+    print(table(["server", "client", "writes", "writes/pod", "reads", "reads/pod"], rows))
+    print("\nvkbridge's own requests (audit log):")
+    rows = [[server, *row] for server, d in s.items() for row in d["vkbridge_by_verb_resource"]]
+    print(table(["server", "verb", "resource", "requests", "per pod"], rows))
+
+
+# ------------------------------------------------------------------------------------ runs
+
+
+def run_vanilla(tb: Testbed, n: int, settle: float) -> dict[str, Any]:
+    ns = f"api-vanilla-{int(time.time()) % 100000}"
+    tb.create_namespace(tb.pool, ns)
+    running = FirstSeen()
+    w = watch_phase(tb.api("pool"), tb.loop, f"/api/v1/namespaces/{ns}/pods", running)
+    time.sleep(0.5)
+    win = Window(tb)
+    win.start()
+    body = deployment("calls", n, None)
+    tb.run(tb.api("pool").request("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", body))
+    wait_for(lambda: len(running) >= n, max(300.0, n), f"{n} vanilla pods Running", 0.2)
+    time.sleep(settle)
+    out = summarize(win.stop(), n)
+    w.cancel()
+    tb.delete_namespace(tb.pool, ns)
+    return out
+
+
+def run_reflected(tb: Testbed, n: int, settle: float, with_delete: bool) -> dict[str, Any]:
+    ns = f"api-{int(time.time()) % 100000}"
+    remote = tb.offloaded_namespace(ns)
+    running = FirstSeen()
+    w = watch_phase(tb.api("consumer"), tb.loop, f"/api/v1/namespaces/{ns}/pods", running)
+    time.sleep(0.5)
+    win = Window(tb)
+    win.start()
+    body = deployment("calls", n, SLUG)
+    tb.run(tb.api("consumer").request("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", body))
+    wait_for(lambda: len(running) >= n, max(300.0, n), f"{n} reflected pods Running", 0.2)
+    t_running = time.monotonic()
+    time.sleep(settle)
+    create = summarize(win.stop(), n)
+    w.cancel()
+    out: dict[str, Any] = {"create_to_running": create}
+    if with_delete:
+        win = Window(tb)
+        win.start()
+        tb.run(tb.api("consumer").request("DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments/calls"))
+        wait_for(
+            lambda: tb.count_pods(tb.consumer, ns) == 0 and tb.count_pods(tb.pool, remote) == 0,
+            max(300.0, n), "the pods to be gone on both sides", 1.0,
+        )  # fmt: skip
+        time.sleep(settle)
+        out["delete"] = summarize(win.stop(), n)
+    out["running_after_s"] = round(t_running, 1)
+    tb.delete_namespace(tb.consumer, ns)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.apicalls", description=__doc__.splitlines()[0])
+    ap.add_argument("--pods", type=int, default=500)
+    ap.add_argument("--settle", type=float, default=10.0, help="seconds counted after all are Running")
+    ap.add_argument("--no-vanilla", action="store_true")
+    ap.add_argument("--no-delete", action="store_true")
+    common_args(ap)
+    args = ap.parse_args(argv)
+    n = args.pods
+    opts = TestbedOptions(
+        nodes=nodes_for(n), audit=True, workdir=args.workdir, keep=args.keep, vk_args=args.vk_arg,
+        pod_workers=args.pod_workers,
+    )  # fmt: skip
+    result: dict[str, Any] = {"args": vars(args) | {"workdir": str(args.workdir)}, "pods": n}
+    with Testbed(opts) as tb:
+        result["loadavg_before"] = loadavg()
+        if not args.no_vanilla:
+            say(f"vanilla: {n} pods on the pool alone")
+            result["vanilla"] = run_vanilla(tb, n, args.settle)
+            print_window("vanilla, create to Running", result["vanilla"], n)
+        say(f"reflected: {n} pods through vkbridge")
+        refl = run_reflected(tb, n, args.settle, not args.no_delete)
+        result["reflected"] = refl
+        result["loadavg_after"] = loadavg()
+    print_window("through vkbridge, create to Running", refl["create_to_running"], n)
+    if "delete" in refl:
+        print_window("through vkbridge, delete to gone", refl["delete"], n)
+    c = refl["create_to_running"]
+    vk_writes = c["consumer"]["vkbridge_writes_per_pod"] + c["pool"]["vkbridge_writes_per_pod"]
+    vk_pod_writes = c["consumer"]["vkbridge_pod_writes_per_pod"] + c["pool"]["vkbridge_pod_writes_per_pod"]
+    all_writes = c["consumer"]["everyone_writes_per_pod"] + c["pool"]["everyone_writes_per_pod"]
+    van = result.get("vanilla", {}).get("pool", {}).get("everyone_writes_per_pod")
+    target = TARGETS["writes_per_pod"]
+    print()
+    print(
+        table(
+            ["writes per pod, create to Running", "value"],
+            [
+                ["vkbridge, both servers (all its writes)", round(vk_writes, 3)],
+                ["vkbridge, pod-related (pods, status, shadowpods, events)", round(vk_pod_writes, 3)],
+                ["everyone, both servers (reflected)", round(all_writes, 3)],
+                ["everyone, pool only (vanilla baseline)", van],
+            ],
+        )
+    )
+    met = vk_writes <= target
+    print(f"target <= {target:g} writes per pod by vkbridge: {'MET' if met else 'MISSED'}")
+    result["headline"] = {
+        "vkbridge_writes_per_pod": round(vk_writes, 3),
+        "vkbridge_pod_writes_per_pod": round(vk_pod_writes, 3),
+        "everyone_writes_per_pod_reflected": round(all_writes, 3),
+        "everyone_writes_per_pod_vanilla": van,
+        "target": target,
+        "met": met,
+    }
+    path = write_results("apicalls", result)
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""Steady churn: pods created at a fixed rate (default 20/s for 2 minutes, each deleted after a lifetime),
+and the latency vkbridge adds per pod, from our own watches on both API servers:
+
+- outbound: local pod bound (spec.nodeName seen) -> ShadowPod ADDED on the pool;
+- inbound: remote pod Running -> local pod Running.
+
+    python -m bench.churn [--rate 20] [--duration 120] [--lifetime 30]
+
+Target (DESIGN §5): p99 <= 100 ms for both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from bench.common import (
+    TARGETS,
+    Api,
+    ApiError,
+    FirstSeen,
+    PySpy,
+    Testbed,
+    TestbedOptions,
+    bare_pod,
+    common_args,
+    cpu_delta,
+    distribution_ms,
+    histogram_from_text,
+    loadavg,
+    nodes_for,
+    say,
+    sched_delta,
+    table,
+    top_frames,
+    vk_counters,
+    vk_log_outbound,
+    vk_metrics_text,
+    wait_for,
+    watch_phase,
+    write_results,
+)
+from e2e.fixtures_pool import SLUG
+
+
+async def paced(
+    api: Api,
+    ns: str,
+    rate: float,
+    duration: float,
+    lifetime: float,
+    sent: dict[str, float],
+    errors: list[str],
+) -> None:
+    """Create `rate` pods per second on an absolute schedule (a slow answer never slows the pace);
+    delete each `lifetime` seconds after its creation (0: keep them)."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    total = int(rate * duration)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def create(name: str) -> None:
+        sent[name] = time.monotonic()
+        try:
+            await api.request("POST", f"/api/v1/namespaces/{ns}/pods", bare_pod(name, SLUG))
+        except (ApiError, OSError, TimeoutError) as err:
+            errors.append(f"create {name}: {err}")
+
+    async def delete_later(name: str, at: float) -> None:
+        await asyncio.sleep(max(0.0, at - loop.time()))
+        try:
+            await api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
+        except (ApiError, OSError, TimeoutError) as err:
+            errors.append(f"delete {name}: {err}")
+
+    for i in range(total):
+        at = start + i / rate
+        await asyncio.sleep(max(0.0, at - loop.time()))
+        name = f"churn-{i:05d}"
+        for coro in [create(name)] + ([delete_later(name, at + lifetime)] if lifetime > 0 else []):
+            t = asyncio.create_task(coro)
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
+    await asyncio.gather(*tasks)
+
+
+def latencies(a: Mapping[str, float], b: Mapping[str, float], names: set[str]) -> list[float]:
+    """b - a for every name stamped in both (seconds)."""
+    return [b[n] - a[n] for n in names if n in a and n in b]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.churn", description=__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=float, default=20.0, help="pods created per second")
+    ap.add_argument("--duration", type=float, default=120.0, help="seconds of creation")
+    ap.add_argument(
+        "--lifetime", type=float, default=30.0, help="seconds before each pod is deleted (0: never)"
+    )
+    ap.add_argument("--settle", type=float, default=60.0, help="max seconds to wait for the last pods")
+    common_args(ap)
+    args = ap.parse_args(argv)
+    total = int(args.rate * args.duration)
+    live = total if args.lifetime <= 0 else int(args.rate * args.lifetime) + 1
+    opts = TestbedOptions(
+        nodes=nodes_for(live), workdir=args.workdir, keep=args.keep, vk_args=args.vk_arg,
+        pod_workers=args.pod_workers,
+    )  # fmt: skip
+    sent: dict[str, float] = {}
+    errors: list[str] = []
+    bound, running, shadows, remote_running = FirstSeen(), FirstSeen(), FirstSeen(), FirstSeen()
+    with Testbed(opts) as tb:
+        assert tb.vk is not None
+        ns = f"churn-{int(time.time()) % 100000}"
+        remote = tb.offloaded_namespace(ns)
+        watches = [
+            watch_phase(tb.api("consumer"), tb.loop, f"/api/v1/namespaces/{ns}/pods", running, bound=bound),
+            watch_phase(
+                tb.api("pool"), tb.loop, f"/apis/offloading.liqo.io/v1beta1/namespaces/{remote}/shadowpods",
+                FirstSeen(), added=shadows,
+            ),
+            watch_phase(tb.api("pool"), tb.loop, f"/api/v1/namespaces/{remote}/pods", remote_running),
+        ]  # fmt: skip
+        time.sleep(1.0)
+        profile_dir = tb.work.parent / "bench-profiles"
+        spy = PySpy(tb.vk.pid, profile_dir / f"churn-{ns}.txt").start() if args.profile else None
+        load0 = loadavg()
+        cpu0, sched0 = tb.cpu_snapshot(), tb.sched_snapshot()
+        say(f"churn: {args.rate:g} pods/s for {args.duration:g}s ({total} pods), lifetime {args.lifetime:g}s")
+        t0 = time.monotonic()
+        job = tb.loop.submit(
+            paced(tb.api("consumer"), ns, args.rate, args.duration, args.lifetime, sent, errors)
+        )
+        wait_for(lambda: len(sent) >= total, args.duration + 60, "the creations to be sent", 0.5)
+        created_in = time.monotonic() - t0
+        load_mid = loadavg()
+        # Every pod should reach Running before its deletion; give the tail a bounded wait.
+        try:
+            wait_for(lambda: len(running) >= total, args.settle, "the last pods to run at home", 0.5)
+        except TimeoutError as err:
+            say(f"{err}: {len(running)}/{total} Running at home")
+        cpu = cpu_delta(cpu0, tb.cpu_snapshot())
+        sched = sched_delta(sched0, tb.sched_snapshot())
+        profile = None
+        if spy is not None:
+            raw = spy.stop()
+            profile = {"file": str(raw), **top_frames(raw, 25)} if raw else None
+        metrics_text = vk_metrics_text(tb.vk.opts.metrics_port)
+        try:
+            job.result(timeout=args.lifetime + 120)
+        except Exception as err:
+            errors.append(f"pacer: {err}")
+        for w in watches:
+            w.cancel()
+        vk_outbound_log = vk_log_outbound(tb.vk.log_text(), ns)
+        rss = tb.vk_rss_mb()
+        say("cleaning up")
+        cleanup = tb.delete_namespace(tb.consumer, ns)
+    names = set(sent)
+    outbound = latencies(bound.at, shadows.at, names)
+    inbound = latencies(remote_running.at, running.at, names)
+    rows = {
+        "outbound: bound -> ShadowPod created (watch)": distribution_ms(outbound),
+        "inbound: remote Running -> local Running (watch)": distribution_ms(inbound),
+        "outbound per vkbridge log (first handle -> created)": distribution_ms(vk_outbound_log),
+        "context: create sent -> local bound": distribution_ms(latencies(sent, bound.at, names)),
+        "context: ShadowPod -> remote Running (pool side)": distribution_ms(
+            latencies(shadows.at, remote_running.at, names)
+        ),
+        "context: create sent -> local Running (end to end)": distribution_ms(
+            latencies(sent, running.at, names)
+        ),
+    }
+    print()
+    print(
+        table(
+            ["latency", "n", "p50 ms", "p90 ms", "p99 ms", "max ms"],
+            [[k, v["count"], v["p50_ms"], v["p90_ms"], v["p99_ms"], v["max_ms"]] for k, v in rows.items()],
+        )
+    )
+    target = TARGETS["latency_p99_ms"]
+    verdicts = {
+        k: (None if v["p99_ms"] is None else v["p99_ms"] <= target)
+        for k, v in rows.items()
+        if k.startswith(("outbound:", "inbound:"))
+    }
+    for k, v in verdicts.items():
+        word = "-" if v is None else ("MET" if v else "MISSED")
+        print(f"target p99 <= {target:g} ms, {k.split(':')[0]}: {word}")
+    vk_hist: dict[str, Any] = {"available": metrics_text is not None}
+    if metrics_text is not None:
+        vk_hist["counters"] = vk_counters(metrics_text)
+        for direction in ("outbound", "inbound"):
+            vk_hist[direction] = histogram_from_text(
+                metrics_text, "vkbridge_reflection_latency_seconds", "direction", direction
+            )
+    else:
+        print("vkbridge /metrics did not answer: figures above come from the bench's own watches")
+    vk_cpu = cpu.get("vkbridge", 0.0)
+    per_1000 = vk_cpu / max(1, len(sent)) * 1000
+    rate = len(sent) / created_in
+    print(f"created {len(sent)} pods in {created_in:.1f}s ({rate:.1f}/s), {len(errors)} errors")
+    print(f"vkbridge CPU {vk_cpu:.1f}s ({per_1000:.1f}s per 1,000 pods), RSS {rss} MB")
+    vs = sched.get("vkbridge", {})
+    on_cpu, waited = vs.get("on_cpu_s"), vs.get("runqueue_wait_s")
+    print(f"load {load0} -> {load_mid}; vkbridge on a CPU {on_cpu}s, waiting for a CPU {waited}s")
+    path = write_results(
+        "churn",
+        {
+            "args": vars(args) | {"workdir": str(args.workdir)},
+            "pods_created": len(sent),
+            "creation_seconds": round(created_in, 1),
+            "errors": errors[:50],
+            "error_count": len(errors),
+            "latencies": rows,
+            "target_p99_ms": target,
+            "met": verdicts,
+            "vkbridge_metrics_histogram": vk_hist,
+            "cpu_seconds": cpu,
+            "sched": sched,
+            "vk_cpu_seconds_per_1000_pods": round(vk_cpu / max(1, len(sent)) * 1000, 2),
+            "vk_rss_mb": rss,
+            "loadavg_before": load0,
+            "loadavg_during": load_mid,
+            "cleanup_seconds": round(cleanup, 1),
+            "profile": profile,
+            "raw": {
+                "outbound_s": sorted(round(x, 4) for x in outbound),
+                "inbound_s": sorted(round(x, 4) for x in inbound),
+            },
+        },
+    )
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

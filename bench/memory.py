@@ -1,0 +1,179 @@
+"""Memory and CPU of the vkbridge process as the number of reflected pods grows (default 1,000, 5,000,
+10,000): one offloaded Deployment scaled step by step; at each plateau (all Running at home, then a
+settle time) the RSS of vkbridge (and of every other process, for context), and the CPU seconds vkbridge
+spent per 1,000 pods reflected during the step.
+
+    python -m bench.memory [--steps 1000,5000,10000] [--kcm-qps 100]
+
+The controller-managers' client QPS is raised by default (--kcm-qps; Kubernetes' default is 20) only so
+that 10,000 pods exist sooner: it changes nothing vkbridge does per pod. Target (DESIGN §5): <= 250 MB
+RSS at 10,000 pods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench.common import (
+    TARGETS,
+    FirstSeen,
+    PySpy,
+    Testbed,
+    TestbedOptions,
+    TracedVkbridge,
+    common_args,
+    cpu_delta,
+    deployment,
+    loadavg,
+    nodes_for,
+    say,
+    sched_delta,
+    table,
+    top_frames,
+    wait_for,
+    watch_phase,
+    write_results,
+)
+from e2e.fixtures_pool import SLUG
+
+
+def _at_least(seen: FirstSeen, n: int) -> Callable[[], bool]:
+    return lambda: len(seen) >= n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", default="1000,5000,10000", help="reflected pod counts to measure at")
+    ap.add_argument("--settle", type=float, default=20.0, help="seconds at each plateau before sampling")
+    ap.add_argument("--step-timeout", type=float, default=1800.0, help="max seconds to reach a step")
+    ap.add_argument(
+        "--tracemalloc", action="store_true", help="vkbridge under tracemalloc: top allocation sites per step"
+    )
+    ap.add_argument("--kcm-qps", type=int, default=100, help="controller-manager client QPS (0: default 20)")
+    common_args(ap)
+    args = ap.parse_args(argv)
+    steps = sorted(int(s) for s in args.steps.split(",") if s.strip())
+    opts = TestbedOptions(
+        nodes=nodes_for(steps[-1]), workdir=args.workdir, keep=args.keep, vk_args=args.vk_arg,
+        pod_workers=args.pod_workers, kcm_qps=args.kcm_qps or None, tracemalloc=args.tracemalloc,
+    )  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    with Testbed(opts) as tb:
+        assert tb.vk is not None
+        ns = f"mem-{int(time.time()) % 100000}"
+        tb.offloaded_namespace(ns)
+        running = FirstSeen()
+        watch_phase(tb.api("consumer"), tb.loop, f"/api/v1/namespaces/{ns}/pods", running)
+        body = deployment("mem", 0, SLUG)
+        tb.run(tb.api("consumer").request("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", body))
+        time.sleep(args.settle)
+        idle: dict[str, Any] = {
+            "pods": 0,
+            "vk_rss_mb": tb.vk_rss_mb(),
+            "vk_hwm_mb": tb.vk_hwm_mb(),
+            "rss_mb": tb.rss_snapshot(),
+            "loadavg": loadavg(),
+        }
+        say(f"idle vkbridge RSS {idle['vk_rss_mb']} MB")
+        prev = 0
+        profile_dir = tb.work.parent / "bench-profiles"
+        for step in steps:
+            say(f"scaling to {step} reflected pods")
+            spy = PySpy(tb.vk.pid, profile_dir / f"memory-{step}.txt").start() if args.profile else None
+            cpu0, sched0 = tb.cpu_snapshot(), tb.sched_snapshot()
+            t0 = time.monotonic()
+            tb.run(
+                tb.api("consumer").request(
+                    "PATCH", f"/apis/apps/v1/namespaces/{ns}/deployments/mem",
+                    {"spec": {"replicas": step}}, content_type="application/merge-patch+json",
+                )
+            )  # fmt: skip
+            reached = True
+            try:
+                wait_for(_at_least(running, step), args.step_timeout, f"{step} pods Running", 1.0)
+            except TimeoutError as err:
+                say(f"{err}: {len(running)} Running")
+                reached = False
+            took = time.monotonic() - t0
+            cpu = cpu_delta(cpu0, tb.cpu_snapshot())
+            sched = sched_delta(sched0, tb.sched_snapshot())
+            profile = None
+            if spy is not None:
+                raw = spy.stop()
+                profile = {"file": str(raw), **top_frames(raw, 25)} if raw else None
+            cpu_settle0 = tb.vk_cpu()
+            time.sleep(args.settle)
+            idle_cpu = (tb.vk_cpu() - cpu_settle0) / args.settle
+            have = len(running)
+            snapshot = None
+            if isinstance(tb.vk, TracedVkbridge):
+                snapshot = tb.vk.snapshot(f"pods-{have}")
+                say(f"tracemalloc: {snapshot.read_text().splitlines()[0]} ({snapshot})")
+            added = max(1, have - prev)
+            row = {
+                "pods": have,
+                "target_pods": step,
+                "reached": reached,
+                "seconds_to_reach": round(took, 1),
+                "vk_rss_mb": tb.vk_rss_mb(),
+                "vk_hwm_mb": tb.vk_hwm_mb(),
+                "vk_cpu_seconds": cpu.get("vkbridge", 0.0),
+                "vk_cpu_seconds_per_1000_pods": round(cpu.get("vkbridge", 0.0) / added * 1000, 2),
+                "vk_cpu_cores_at_rest": round(idle_cpu, 3),
+                "cpu_seconds": cpu,
+                "sched": sched,
+                "rss_mb": tb.rss_snapshot(),
+                "loadavg": loadavg(),
+                "profile": profile,
+                "tracemalloc": snapshot.read_text() if snapshot else None,
+            }
+            rows.append(row)
+            per_1k = row["vk_cpu_seconds_per_1000_pods"]
+            say(f"{have} pods: vkbridge RSS {row['vk_rss_mb']} MB, {per_1k} CPU s per 1,000 pods")
+            prev = have
+            if not reached or not tb.vk.alive():
+                break
+        log_errors = tb.vk.log_text().count(" ERROR ")
+    print()
+    headers = [
+        "pods",
+        "reached in s",
+        "vk RSS MB",
+        "vk peak MB",
+        "vk CPU s/1k pods",
+        "vk cores at rest",
+        "load1",
+    ]
+    lines = [[0, None, idle["vk_rss_mb"], idle["vk_hwm_mb"], None, None, idle["loadavg"][0]]]
+    for r in rows:
+        lines.append(
+            [r["pods"], r["seconds_to_reach"], r["vk_rss_mb"], r["vk_hwm_mb"],
+             r["vk_cpu_seconds_per_1000_pods"], r["vk_cpu_cores_at_rest"], r["loadavg"][0]]
+        )  # fmt: skip
+    print(table(headers, lines))
+    at_10k = next((r["vk_rss_mb"] for r in rows if r["pods"] >= 10000), None)
+    target = TARGETS["rss_mb_at_10000"]
+    met = None if at_10k is None else at_10k <= target
+    word = "not measured (10,000 pods not reached)" if met is None else ("MET" if met else "MISSED")
+    print(f"\ntarget RSS <= {target:g} MB at 10,000 pods: {word}")
+    path = write_results(
+        "memory",
+        {
+            "args": vars(args) | {"workdir": str(args.workdir)},
+            "idle": idle,
+            "steps": rows,
+            "target_mb": target,
+            "met": met,
+            "vkbridge_error_lines": log_errors,
+        },
+    )
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
