@@ -106,7 +106,8 @@ def shadowpod(name: str, ns: str, requests: dict[str, str] | None = None) -> dic
             "labels": {
                 n.ORIGIN: "c-1a2b3c4d",
                 n.DESTINATION: "c0123456789ab",
-                "offloading.liqo.io/nodename": "c0123456789ab",
+                # Another virtual node's label: the session's vkbridge (when running) must leave it alone.
+                "offloading.liqo.io/nodename": "emulator-test-node",
                 "app": name,
             },
             "annotations": {"example.com/note": "copied"},
