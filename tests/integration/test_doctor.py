@@ -97,7 +97,7 @@ def test_revoked_credential_means_unauthorized_and_notready_then_recovers_withou
     try:
         vkbridge.wait_for_log("pool rejects our credential.*Rotate the credentials", 20, start=mark)
         wait_until(
-            lambda: node_ready(consumer, bundle.slug) not in ("True", None), 45, "NotReady", interval=0.5
+            lambda: node_ready(consumer, bundle.slug) not in ("True", None), 90, "NotReady", interval=0.5
         )
     finally:
         must(consumer, "PATCH", path, {"data": {"kubeconfig": original["data"]["kubeconfig"]}},
