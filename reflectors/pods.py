@@ -221,16 +221,7 @@ class PodReflector:
         info.config_message = None
 
         self._require_pool()
-        body = forge_shadowpod(
-            dict(local),
-            remote_namespace=pair.remote,
-            local_cluster_id=self.ctx.local_cluster_id,
-            remote_cluster_id=self.ctx.remote_cluster_id,
-            node_name=self.ctx.node_name,
-            apiserver_support=self.ctx.apiserver_support,
-            offloading_patch=self.ctx.offloading_patch(),
-            existing=None,
-        )
+        body = self._forge(local, pair, None)
         try:
             await self.ctx.pool.create(SHADOWPODS, body, pair.remote, field_manager=c.FIELD_MANAGER)
         except ApiError as err:
@@ -290,16 +281,7 @@ class PodReflector:
     async def _sync_metadata(
         self, key: str, local: Mapping[str, Any], shadow: Mapping[str, Any], pair: NamespacePair
     ) -> None:
-        desired = forge_shadowpod(
-            dict(local),
-            remote_namespace=pair.remote,
-            local_cluster_id=self.ctx.local_cluster_id,
-            remote_cluster_id=self.ctx.remote_cluster_id,
-            node_name=self.ctx.node_name,
-            apiserver_support=self.ctx.apiserver_support,
-            offloading_patch=self.ctx.offloading_patch(),
-            existing=dict(shadow),
-        )
+        desired = self._forge(local, pair, shadow)
         if not needs_update(dict(shadow), desired):
             return
         self._require_pool()
@@ -409,6 +391,20 @@ class PodReflector:
         log.info("ShadowPod deleted", pod=key, reason=why)
 
     # ------------------------------------------------------------------------------------------ helpers
+
+    def _forge(
+        self, local: Mapping[str, Any], pair: NamespacePair, existing: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        return forge_shadowpod(
+            dict(local),
+            remote_namespace=pair.remote,
+            local_cluster_id=self.ctx.local_cluster_id,
+            remote_cluster_id=self.ctx.remote_cluster_id,
+            node_name=self.ctx.node_name,
+            apiserver_support=self.ctx.apiserver_support,
+            offloading_patch=self.ctx.offloading_patch(),
+            existing=None if existing is None else dict(existing),
+        )
 
     def _requests(self, pod: Mapping[str, Any]) -> dict[str, Fraction]:
         """What the pod costs against the grant; the pod count only when the grant limits it."""

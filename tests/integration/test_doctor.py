@@ -95,7 +95,7 @@ def test_revoked_credential_means_unauthorized_and_notready_then_recovers_withou
     must(consumer, "PATCH", path, {"data": {"kubeconfig": base64.b64encode(revoked).decode()}},
          content_type="application/merge-patch+json")  # fmt: skip
     try:
-        vkbridge.wait_for_log("pool rejects our credential.*Rotate the credentials", 20, start=mark)
+        vkbridge.wait_for_log("pool rejects our credential.*Rotate the credentials", 60, start=mark)
         wait_until(
             lambda: node_ready(consumer, bundle.slug) not in ("True", None), 90, "NotReady", interval=0.5
         )

@@ -73,8 +73,13 @@ def test_burst_hello_runs_on_the_pool_and_status_is_mirrored(
     reasons = {e["reason"] for e in events_for(consumer, ns, "burst-hello")}
     assert "SuccessfulReflection" in reasons
     vkbridge.wait_for_log(f"local pod Running.*pod={ns}/burst-hello", 5)
-    logs = consumer.kubectl("-n", ns, "logs", "burst-hello", check=False)
-    assert logs.returncode == 0, logs.stderr
+    # The kubelet API listens once kube-controller-manager signed vkbridge's serving certificate.
+    logs = wait_until(
+        lambda: (r := consumer.kubectl("-n", ns, "logs", "burst-hello", check=False)).returncode == 0 and r,
+        60,
+        "kubectl logs to work",
+        interval=1.0,
+    )
     assert "hello from the pool" in logs.stdout
 
 
