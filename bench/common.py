@@ -129,17 +129,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK  # fields 14 and 15 of proc(5)
 
 
-def sched_seconds(pid: int) -> tuple[float, float]:
-    """(on-CPU, waiting-for-a-CPU) seconds summed over a process's threads, from schedstat.
+def sched_seconds(pid: int) -> tuple[float, float, int]:
+    """(on-CPU s, waiting-for-a-CPU s, times scheduled) summed over a process's threads, from schedstat.
 
     The second number is how long the process was runnable but not running: on a shared 2-core machine
-    it shows how much of a latency is the machine's, not the code's.
+    it shows how much of a latency is the machine's, not the code's (divided by the third: the average
+    wait each time it was scheduled).
     """
-    run = wait = 0
+    run = wait = slices = 0
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0
     for t in tasks:
         try:
             fields = (t / "schedstat").read_text().split()
@@ -147,7 +148,8 @@ def sched_seconds(pid: int) -> tuple[float, float]:
             continue
         run += int(fields[0])
         wait += int(fields[1])
-    return run / 1e9, wait / 1e9
+        slices += int(fields[2])
+    return run / 1e9, wait / 1e9, slices
 
 
 def proc_status_kb(pid: int, key: str) -> int:
@@ -891,7 +893,7 @@ class Testbed:
     def cpu_snapshot(self) -> dict[str, float]:
         return {name: cpu_seconds(pid) for name, pid in self.pids().items()}
 
-    def sched_snapshot(self) -> dict[str, tuple[float, float]]:
+    def sched_snapshot(self) -> dict[str, tuple[float, float, int]]:
         return {name: sched_seconds(pid) for name, pid in self.pids().items()}
 
     def rss_snapshot(self) -> dict[str, float]:
@@ -972,13 +974,17 @@ def cpu_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[s
 
 
 def sched_delta(
-    before: Mapping[str, tuple[float, float]], after: Mapping[str, tuple[float, float]]
+    before: Mapping[str, tuple[float, float, int]], after: Mapping[str, tuple[float, float, int]]
 ) -> dict[str, dict[str, float]]:
-    """Per process: seconds on a CPU and seconds runnable but waiting for one, between two snapshots."""
+    """Per process: seconds on a CPU, seconds runnable but waiting for one, mean wait per scheduling."""
     out = {}
-    for k, (run, wait) in after.items():
-        r0, w0 = before.get(k, (0.0, 0.0))
-        out[k] = {"on_cpu_s": round(run - r0, 2), "runqueue_wait_s": round(wait - w0, 2)}
+    for k, (run, wait, slices) in after.items():
+        r0, w0, s0 = before.get(k, (0.0, 0.0, 0))
+        out[k] = {
+            "on_cpu_s": round(run - r0, 2),
+            "runqueue_wait_s": round(wait - w0, 2),
+            "mean_wait_ms": round((wait - w0) / max(1, slices - s0) * 1000, 2),
+        }
     return out
 
 

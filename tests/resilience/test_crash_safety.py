@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import random
+import signal
+import subprocess
 import threading
 import time
 
@@ -144,3 +146,43 @@ def test_sigkill_five_times_during_churn_converges_without_duplicates(
     assert t_converged is not None, f"not converged 90 s after the churn: {last_state}"
     assert not duplicates, f"ShadowPods created twice: {duplicates}"
     assert not aborted, f"pods aborted or deleted by us: {aborted}"
+
+
+SIGTERM_EXIT_MAX_S = 5.0
+
+
+def test_sigterm_at_any_moment_of_start_up_exits_within_seconds(
+    consumer: ControlPlane, bundle: Bundle, own_vkbridge: OwnVkbridge, offloaded_ns: tuple[str, str],
+    figures: Figures,
+) -> None:  # fmt: skip
+    """A rolling update or a crash loop stops vkbridge while it starts: SIGTERM must still be quick."""
+    ns, _ = offloaded_ns
+    create_pods(consumer, ns, [tiny_pod(bundle.slug, f"p-{i}") for i in range(5)])
+    vk = own_vkbridge("sigterm")
+    exits: list[tuple[str, float, int | None]] = []
+    moments = [("at start", 0.5)] + [
+        (f"running +{d:g} s", d) for d in (0.0, 0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
+    ]
+    for when, delay in moments:
+        mark = len(vk.log_text())
+        if not vk.alive():
+            vk.start()
+        if when == "at start":
+            time.sleep(delay)
+        else:
+            vk.wait_for_log("vkbridge running", 60, start=mark)
+            time.sleep(delay)
+        assert vk.proc is not None
+        t0 = time.monotonic()
+        vk.proc.send_signal(signal.SIGTERM)
+        try:
+            code = vk.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            code = None
+            vk.proc.send_signal(signal.SIGUSR1)  # a debugging sitecustomize may dump the asyncio tasks
+            time.sleep(1)
+            vk.kill()
+        exits.append((when, time.monotonic() - t0, code))
+        figures.add(f"SIGTERM {when} (#{len(exits)}): exit after", f"{exits[-1][1]:.2f} s, code {code}")
+    slow = [e for e in exits if e[2] is None or e[1] > SIGTERM_EXIT_MAX_S]
+    assert not slow, f"SIGTERM not honoured within {SIGTERM_EXIT_MAX_S:.0f} s: {slow}\n{vk.tail(30)}"
