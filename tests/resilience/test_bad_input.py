@@ -60,7 +60,7 @@ def kubeconfig_secret(consumer: ControlPlane, bundle: Bundle) -> Iterator[dict[s
     yield original
     status, _ = consumer.api("GET", secret_path(bundle))
     if status == 404:
-        body = {
+        body: dict[str, Any] = {
             k: copy.deepcopy(original[k]) for k in ("apiVersion", "kind", "type", "data") if k in original
         }
         body["metadata"] = {
@@ -336,7 +336,8 @@ def test_pod_with_200_containers_runs_with_every_status_mirrored(
 
 def blob(size: int) -> str:
     """Deterministic printable content of exactly `size` characters (corruption shows in the hash)."""
-    out, seed = [], b"vkbridge"
+    out: list[str] = []
+    seed = b"vkbridge"
     while sum(len(x) for x in out) < size:
         seed = hashlib.sha256(seed).digest()
         out.append(seed.hex())
