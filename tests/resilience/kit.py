@@ -401,3 +401,12 @@ def log_time(line: str) -> float | None:
     if not m:
         return None
     return dt.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=dt.UTC).timestamp()
+
+
+_NS_REF = re.compile(r"(?:@|namespace=|pod=)([a-z0-9][a-z0-9-]*)")
+
+
+def about_other_namespace(line: str, ns: str) -> bool:
+    """Is this log line about a namespace other than `ns` (or its remote twin)? Earlier tests' namespaces
+    are still being torn down while a scenario measures its log volume; their lines are not its own."""
+    return any(not ref.startswith(ns) for ref in _NS_REF.findall(line))

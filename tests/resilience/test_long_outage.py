@@ -27,6 +27,7 @@ from tests.resilience.kit import (
     MiB,
     OwnVkbridge,
     Sampler,
+    about_other_namespace,
     create_pods,
     delete_pods,
     is_running,
@@ -138,10 +139,12 @@ def test_long_outage_stays_bounded_and_resyncs(
         "threads first/last/slope",
         f"{steady[0]['threads']:.0f}/{steady[-1]['threads']:.0f}/{thr_slope * per_hour:.1f} per h",
     )
-    per_pod = [ln for ln in lines if " pod=" in ln]
-    background = [ln for ln in lines if " pod=" not in ln]
+    others = [ln for ln in lines if about_other_namespace(ln, ns)]
+    per_pod = [ln for ln in lines if " pod=" in ln and ln not in others]
+    background = [ln for ln in lines if " pod=" not in ln and ln not in others]
     figures.add("log lines per minute (steady)", f"{len(lines) / minutes:.1f} ({len(per_pod) / minutes:.1f} "
-                f"about the pods we churn, {len(background) / minutes:.1f} background)")  # fmt: skip
+                f"about the pods we churn, {len(background) / minutes:.1f} background, "
+                f"{len(others)} lines about earlier tests' namespaces)")  # fmt: skip
     settled = refused_wall + SETTLE_S
     recurring = [ln for ln in background if (log_time(ln) or 0.0) >= settled]
     recurring_per_min = len(recurring) / max(1e-6, (end_wall - settled) / 60)
@@ -158,6 +161,8 @@ def test_long_outage_stays_bounded_and_resyncs(
     for line in lines[:30]:
         print("   steady-outage log:", line[:220])
 
+    died = [r for r in steady if r["rss"] == 0]
+    assert not died, f"vkbridge died {died[0]['t']:.0f} s into the sampling:\n{vk.tail(15)}"
     assert len(background) / minutes <= 3, "more than a few background log lines a minute during the outage"
     assert recurring_per_min <= 1, "background lines keep coming during the outage"
     assert len(per_pod) <= len(alive) + 2 * len(gone), "more than a line or two per pod event"
