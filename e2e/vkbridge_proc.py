@@ -5,12 +5,14 @@ Used by the integration tests, the resilience scenarios and the README demo.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,6 +119,22 @@ class VkbridgeProcess:
             self.proc.kill()
             self.proc.wait(5)
 
+    def metrics(self) -> dict[str, float]:
+        """/metrics as {'name{labels}': value}; {} when the endpoint does not answer."""
+        url = f"http://127.0.0.1:{self.opts.metrics_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return {}
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                with contextlib.suppress(ValueError):
+                    out[key] = float(value)
+        return out
+
     def log_text(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")
@@ -147,3 +165,13 @@ class VkbridgeProcess:
         except (FileNotFoundError, ProcessLookupError):
             pass
         return 0
+
+
+def metric_sum(values: dict[str, float], name: str, **labels: str) -> float:
+    """Sum of the samples of `name` (from `VkbridgeProcess.metrics`) whose labels include `labels`."""
+    total = 0.0
+    for key, value in values.items():
+        base, _, rest = key.partition("{")
+        if base == name and all(f'{k}="{v}"' in rest for k, v in labels.items()):
+            total += value
+    return total

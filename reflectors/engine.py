@@ -10,6 +10,7 @@ is not offloaded at all goes to the fallback. While the pool is away, keys that 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from reflectors.context import ReflectionContext
 from reflectors.events import RemoteEventReflector
 from reflectors.fallback import FallbackReflector
 from reflectors.forge import constants as c
+from reflectors.forge import names as fnames
 from reflectors.forge import pods as fp
 from reflectors.pairs import NamespacePair, new_pair, remote_selector
 from reflectors.pods import PodReflector, PoolUnavailable
@@ -52,6 +54,16 @@ def accepted_pairs(namespace_maps: Sequence[Mapping[str, Any]]) -> dict[str, tup
                 continue
             if entry.get("phase") in PAIRED_PHASES:
                 out[str(local)] = (str(entry["remoteNamespace"]), str(entry["phase"]))
+    return out
+
+
+def mapping_entries(namespace_maps: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """local namespace -> its ``currentMapping`` entry, whatever the phase."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for nm in namespace_maps:
+        for local, entry in ((nm.get("status") or {}).get("currentMapping") or {}).items():
+            if isinstance(entry, Mapping):
+                out[str(local)] = entry
     return out
 
 
@@ -120,6 +132,7 @@ class ReflectionEngine:
         self._tg: asyncio.TaskGroup | None = None
         self._pairs_dirty = asyncio.Event()
         self._requeue_waiting_pending = False
+        self.refused: dict[str, str] = {}  # namespace the pool refused to map -> why (logged once)
         self.local_pods.subscribe(self._on_local)
         self.namespace_maps.subscribe(lambda *_: self._pairs_dirty.set())
         ctx.reach.subscribe(self._on_pool)
@@ -178,6 +191,22 @@ class ReflectionEngine:
                 log.info("namespace mapping phase changed", namespace=local, remote=remote, phase=phase)
                 pair.phase = phase
                 self._requeue_namespace(local)
+        self._sync_refusals(maps)
+
+    def _sync_refusals(self, maps: Sequence[Mapping[str, Any]]) -> None:
+        """Log once per namespace why the pool refuses it, and re-handle its pods so each gets an event."""
+        refused: dict[str, str] = {}
+        for local, entry in mapping_entries(maps).items():
+            problem = None if local in self.pairs else fnames.mapping_problem(local, entry)
+            if problem is not None:
+                refused[local] = problem
+        for local, problem in refused.items():
+            if self.refused.get(local) != problem:
+                log.warning("namespace not offloaded: its pods wait", namespace=local, reason=problem)
+                self._requeue_namespace(local)
+        for local in self.refused.keys() - refused.keys():
+            log.info("namespace no longer refused by the pool", namespace=local)
+        self.refused = refused
 
     def _start_pair(self, local: str, remote: str) -> None:
         assert self._tg is not None
@@ -238,7 +267,14 @@ class ReflectionEngine:
         try:
             if pair is None:
                 if ns in requested_namespaces(self.namespace_maps.list()):
-                    return None  # offloading requested, mapping not Accepted (yet): wait, never abort
+                    # Offloading requested, mapping not Accepted (yet): wait, never abort; say why if refused.
+                    local = self.local_pods.get(key)
+                    if ns in self.refused and local is not None and not fp.is_terminating(local):
+                        self.ctx.recorder.event(
+                            local, c.EVENT_TYPE_WARNING, c.EVENT_FAILED_REFLECTION,
+                            c.failed_reflection_msg(self.ctx.remote_cluster_id, self.refused[ns]),
+                        )  # fmt: skip
+                    return None
                 await self.fallback.handle(key, self.local_pods.get(key))
                 return None
             if not self._pair_synced(pair):
@@ -265,7 +301,12 @@ class ReflectionEngine:
     def _on_local(self, _type: str, old: Any, new: Any) -> None:
         obj = new if new is not None else old
         if obj is not None:
-            self.queue.add(object_key(obj))
+            key = object_key(obj)
+            if new is None:
+                self.pods.arrived.pop(key, None)  # never handled by the pod reflector (no pair)
+            elif old is None and key not in self.pods.infos:
+                self.pods.arrived[key] = time.monotonic()
+            self.queue.add(key)
 
     def _on_pool(self, old: PoolState, new: PoolState) -> None:
         if new is not PoolState.CONNECTED or old is PoolState.UNKNOWN:

@@ -409,6 +409,11 @@ class RemoteEventReflector:
         return False
 
     def _failure(self, key: str, err: Exception) -> RequeueAfter | None:
+        if isinstance(err, ApiError) and err.status == 403 and "being terminated" in str(err):
+            # The local namespace is going away: its events go with it; nothing to tell anyone.
+            self._failures.pop(key, None)
+            log.debug("remote event not reflected: namespace terminating", event=key)
+            return None
         tries, backoff = self._failures.get(key) or (0, self._retry_backoff())
         tries += 1
         permanent = (

@@ -43,6 +43,34 @@ class NamespacePair:
         return [self.shadows, self.remote_pods]
 
 
+def remote_pod_view(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the reflectors read of a remote pod: identity, labels/annotations and status (not the spec)."""
+    return {k: pod[k] for k in ("apiVersion", "kind", "metadata", "status") if k in pod}
+
+
+def shadowpod_view(shadow: dict[str, Any]) -> dict[str, Any]:
+    """A ShadowPod without its pod spec, but for what the grant charges (container requests, overhead)."""
+    out: dict[str, Any] = {k: shadow[k] for k in ("apiVersion", "kind", "metadata", "status") if k in shadow}
+    pod = (shadow.get("spec") or {}).get("pod") or {}
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": c.get("name"), "resources": c.get("resources") or {}}
+            for c in pod.get("containers") or []
+        ]
+    }
+    inits = [
+        {k: c[k] for k in ("name", "resources", "restartPolicy") if k in c}
+        for c in pod.get("initContainers") or []
+    ]
+    if inits:
+        spec["initContainers"] = inits
+    for key in ("overhead", "resources"):
+        if key in pod:
+            spec[key] = pod[key]
+    out["spec"] = {"pod": spec}
+    return out
+
+
 def new_pair(
     pool: KubeClient, local: str, remote: str, selector: str, sink: KeySink, inactivity_timeout: float
 ) -> NamespacePair:
@@ -61,6 +89,7 @@ def new_pair(
         label_selector=selector,
         name=f"pool/shadowpods@{remote}",
         inactivity_timeout=inactivity_timeout,
+        project=shadowpod_view,
     )
     remote_pods = Cache(
         pool,
@@ -69,6 +98,7 @@ def new_pair(
         label_selector=selector,
         name=f"pool/pods@{remote}",
         inactivity_timeout=inactivity_timeout,
+        project=remote_pod_view,
     )
     shadows.subscribe(rekey)
     remote_pods.subscribe(rekey)

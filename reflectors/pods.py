@@ -32,9 +32,10 @@ from vkbridge.logs import get_logger
 
 log = get_logger("reflectors.pods")
 
-# Pending -> Pending status changes (scheduled, container creating) are coalesced for this long, so
-# a pod that starts quickly costs one status write, not three. Running and terminal states go at once.
-PENDING_COALESCE_SECONDS = 0.25
+# Pending -> Pending status changes (scheduled, container creating, image pulling) are held for this
+# long, so a pod that starts within it costs one status write (Running), not two or three; a pod stuck
+# Pending (ImagePullBackOff) shows why within this delay. Running and terminal states go at once.
+PENDING_COALESCE_SECONDS = 3.0
 # After we create a ShadowPod, our cache may lag: do not re-create it during this window.
 CREATION_GRACE_SECONDS = 30.0
 
@@ -67,6 +68,7 @@ class PodInfo:
     remote_running_seen: float | None = None
     running_logged: bool = False
     pending_change_since: float | None = None
+    metadata_sig: tuple[Any, ...] | None = None
     waiting_message: str | None = None
     config_message: str | None = None
     hinted_no_requests: bool = False
@@ -89,6 +91,9 @@ class PodReflector:
         self._on_release = on_release
         self.configuration = configuration
         self.infos: dict[str, PodInfo] = {}
+        # When each pod first reached our cache bound to the node: the outbound latency counts the time it
+        # waited in the queue too, not only our handling of it.
+        self.arrived: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------------------ entry
 
@@ -102,11 +107,12 @@ class PodReflector:
             self._release(key)
             self.configuration.release_pod(key)
             self.infos.pop(key, None)
+            self.arrived.pop(key, None)
             if shadow is not None and not fp.is_terminating(shadow):
                 await self._delete_shadow(key, shadow, "local pod gone")
             return None
 
-        info = self.infos.setdefault(key, PodInfo())
+        info = self._info(key)
         if fp.is_terminating(local):
             self.configuration.release_pod(key)
             return await self._handle_terminating(key, local, shadow, remote, pair)
@@ -176,7 +182,7 @@ class PodReflector:
         if shadow is not None and not fp.is_terminating(shadow):
             await self._delete_shadow(key, shadow, "local pod terminating")
             return None
-        info = self.infos.setdefault(key, PodInfo())
+        info = self._info(key)
         return await self._sync_status(key, local, shadow, remote, info)
 
     async def _create_shadow(
@@ -281,8 +287,21 @@ class PodReflector:
     async def _sync_metadata(
         self, key: str, local: Mapping[str, Any], shadow: Mapping[str, Any], pair: NamespacePair
     ) -> None:
+        # Only labels/annotations can change after creation (invariant 5): forging the whole ShadowPod
+        # (a deep copy of the pod) on every status event is wasted unless one of its inputs moved.
+        info = self.infos.get(key)
+        sig = (
+            tuple(sorted(fp.labels_of(local).items())),
+            tuple(sorted(fp.annotations_of(local).items())),
+            fp.meta(shadow).get("resourceVersion"),
+            repr(self.ctx.offloading_patch()),
+        )
+        if info is not None and info.metadata_sig == sig:
+            return
         desired = self._forge(local, pair, shadow)
         if not needs_update(dict(shadow), desired):
+            if info is not None:
+                info.metadata_sig = sig
             return
         self._require_pool()
         patch = _metadata_patch(shadow, desired)
@@ -405,6 +424,13 @@ class PodReflector:
             offloading_patch=self.ctx.offloading_patch(),
             existing=None if existing is None else dict(existing),
         )
+
+    def _info(self, key: str) -> PodInfo:
+        info = self.infos.get(key)
+        if info is None:
+            arrived = self.arrived.pop(key) if key in self.arrived else time.monotonic()
+            info = self.infos[key] = PodInfo(first_seen=arrived)
+        return info
 
     def _requests(self, pod: Mapping[str, Any]) -> dict[str, Fraction]:
         """What the pod costs against the grant; the pod count only when the grant limits it."""

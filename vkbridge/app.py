@@ -36,7 +36,12 @@ from vkbridge.kube.client import (
     KubeClient,
 )
 from vkbridge.kube.events import EventRecorder
-from vkbridge.kube.kubeconfig import KubeconfigError, in_cluster_credentials, load_kubeconfig_file
+from vkbridge.kube.kubeconfig import (
+    Credentials,
+    KubeconfigError,
+    in_cluster_credentials,
+    load_kubeconfig_file,
+)
 from vkbridge.kube.leaderelection import LeaderElector
 from vkbridge.kube.reachability import Reachability
 from vkbridge.kubeletapi.metrics_server import MetricsServer
@@ -125,7 +130,21 @@ class VirtualKubelet:
             )  # fmt: skip
         except KubeconfigError as err:
             raise StartupError(f"cannot use the consumer kubeconfig: {err}") from None
-        version = await home.request("GET", "/version")
+        try:
+            version = await home.request("GET", "/version")
+            pool_creds = await self._pool_credentials(home)
+        except BaseException:
+            await home.close()  # a refusal at start is one clear line, not asyncio's unclosed-session noise
+            raise
+        pool = KubeClient(
+            pool_creds, qps=s.client_qps, burst=s.client_max_burst,
+            timeout=s.client_timeout or None, name="pool",
+        )  # fmt: skip
+        log.info("pool credential loaded", server=pool_creds.server, **describe(pool_creds))
+        return home, pool, str(version.get("gitVersion") or "v1.36.0")
+
+    async def _pool_credentials(self, home: KubeClient) -> Credentials:
+        s = self.settings
         secret_where = f"{s.tenant_namespace}/{s.foreign_kubeconfig_secret_name}"
         try:
             secret = await home.get(SECRETS, s.foreign_kubeconfig_secret_name, s.tenant_namespace)
@@ -135,15 +154,9 @@ class VirtualKubelet:
             else:
                 raise StartupError(f"cannot read the pool kubeconfig Secret {secret_where}: {err}") from None
         try:
-            pool_creds = credentials_from_secret(secret, secret_where)
+            return credentials_from_secret(secret, secret_where)
         except KubeconfigError as err:
             raise StartupError(f"cannot use the pool kubeconfig: {err}") from None
-        pool = KubeClient(
-            pool_creds, qps=s.client_qps, burst=s.client_max_burst,
-            timeout=s.client_timeout or None, name="pool",
-        )  # fmt: skip
-        log.info("pool credential loaded", server=pool_creds.server, **describe(pool_creds))
-        return home, pool, str(version.get("gitVersion") or "v1.36.0")
 
     async def run(self) -> None:
         s = self.settings

@@ -37,6 +37,10 @@ COPIED_FIELDS = (
     "reportingComponent",
     "reportingInstance",
 )
+# (component, reason) of pool Events that are not copied home: the pool scheduler's "Scheduled" names a
+# pool node the user cannot reach, and the local pod already has its own (naming our virtual node).
+# Copying it cost one consumer write per pod for nothing.
+NOT_REFLECTED = frozenset({("default-scheduler", "Scheduled")})
 # What changes when the pool aggregates a repeated event; timestamps move together with count/series.
 MUTABLE_FIELDS = ("reason", "message", "type", "count", "series")
 
@@ -66,6 +70,8 @@ def forge_local_event(
 
     source = remote_event.get("source") or {}
     component = source.get("component") or remote_event.get("reportingComponent") or ""
+    if (component, remote_event.get("reason")) in NOT_REFLECTED:
+        return None
     local_source: KubeObj = {
         "component": f"{component}{REMOTE_SUFFIX}" if component else REMOTE_SUFFIX.strip()
     }

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from reflectors.forge import constants as c
 
@@ -61,6 +63,33 @@ def remote_namespace_name(
     if not is_dns1123_label(name):
         return InvalidName(name, f"remote namespace name {name!r} is not a valid DNS-1123 label")
     return name
+
+
+def mapping_problem(local_namespace: str, entry: Mapping[str, Any] | None) -> str | None:
+    """Why the pool refused to map ``local_namespace`` (a NamespaceMap ``currentMapping`` entry), or None
+    while the mapping is fine or still in progress. Liqo leaves pods in such a namespace Pending in
+    silence; we name the cause and the fix."""
+    if not entry or entry.get("phase") != "CreationLoopBackOff":
+        return None
+    remote = str(entry.get("remoteNamespace") or "")
+    if len(remote) > DNS1123_LABEL_MAX:
+        return (
+            f"the pool cannot create remote namespace {remote!r}: {len(remote)} characters, over the "
+            f"limit of {DNS1123_LABEL_MAX}; shorten namespace {local_namespace!r} or set "
+            "namespaceMappingStrategy: SelectedName with a shorter remoteNamespaceName in its "
+            "NamespaceOffloading; the pod waits until then"
+        )
+    if remote and not is_dns1123_label(remote):
+        return (
+            f"the pool cannot create remote namespace {remote!r}: not a valid DNS-1123 label; set "
+            "namespaceMappingStrategy: SelectedName with a valid remoteNamespaceName in the "
+            "NamespaceOffloading; the pod waits until then"
+        )
+    return (
+        f"the pool keeps failing to create remote namespace {remote!r} for namespace "
+        f"{local_namespace!r} (mapping phase CreationLoopBackOff); "
+        "the pod waits until the mapping is Accepted"
+    )
 
 
 def remote_configmap_name(name: str, local_cluster_id: str) -> str:

@@ -38,7 +38,11 @@ from e2e.bundle import (
 from e2e.controlplane import ControlPlane
 from e2e.emulator import EmulatorHandle, launch_emulator
 from e2e.emulator.certs import parse_duration
+from e2e.fixtures_pool import offload_namespace
 from e2e.tunnel import TunnelProxy
+from e2e.vkbridge_proc import VkbridgeProcess, metric_sum
+from tests.fixtures_vkbridge import node_ready, vkbridge_options, wait_until
+from tests.integration.helpers import pool_pod
 from vkbridge.credentials import certs
 from vkbridge.credentials.remote import RemoteCredentialWatcher, credentials_from_secret
 from vkbridge.credentials.renewal import CertificateRenewer
@@ -669,3 +673,87 @@ async def test_expired_certificate_is_reported_once_and_not_renewed(
         assert caplog.messages.count(line) == 1
         assert stack.renewer.failures == failures
         assert (stack.metric("vkbridge_client_certificate_expiry_seconds") or 0) < 0
+
+
+async def test_pod_reflection_continues_across_a_certificate_renewal(
+    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
+    home: KubeClient,
+    consumer: ControlPlane,
+    pool: ControlPlane,
+    fake_nodes: object,
+    fresh_ns: Callable[[ControlPlane], str],
+    tmp_path: Path,
+) -> None:
+    """A whole vkbridge on a peering whose 3-minute certificate the pool re-signs at 2/3 of its life:
+    pods created every second before, during and after the swap all run, one ShadowPod each, without a
+    failed handle, a retried key or a warning, through the old certificate's expiry."""
+    full = "offloading,replicator,namespacemap,shadowpod,resourceslice"
+    async with new_peering("3m", full) as (b, _emu):
+        first = x509.load_pem_x509_certificate(b.cert_pem)
+        vk = VkbridgeProcess(vkbridge_options(consumer, b), tmp_path / "vkbridge.log").start()
+        try:
+            await asyncio.to_thread(
+                wait_until, lambda: node_ready(consumer, b.slug) == "True", 60, "the virtual node Ready"
+            )
+            ns = fresh_ns(consumer)
+            remote = await asyncio.to_thread(
+                offload_namespace, consumer, pool, ns, slug=b.slug, consumer_id=b.consumer_id
+            )
+            before, mark = vk.metrics(), len(vk.log_text())
+            created: dict[str, float] = {}
+            running: dict[str, float] = {}
+            stop = asyncio.Event()
+
+            async def create_pods() -> None:
+                while not stop.is_set():
+                    body = pool_pod(
+                        b.slug, f"r-{len(created):03d}", cpu="10m", memory="16Mi", node_name=b.slug
+                    )
+                    await home.create(PODS, body, ns)
+                    created[body["metadata"]["name"]] = time.monotonic()
+                    await asyncio.sleep(1.0)
+
+            async def watch_running() -> None:
+                while True:
+                    for p in (await home.list(PODS, ns)).get("items") or []:
+                        if (p.get("status") or {}).get("phase") == "Running":
+                            running.setdefault(p["metadata"]["name"], time.monotonic())
+                    await asyncio.sleep(0.25)
+
+            tasks = [asyncio.create_task(create_pods()), asyncio.create_task(watch_running())]
+            try:
+                until_expiry = (first.not_valid_after_utc - dt.datetime.now(dt.UTC)).total_seconds()
+                await asyncio.to_thread(
+                    vk.wait_for_log, "pool client certificate renewed", until_expiry, mark
+                )
+                t_swap = time.monotonic()
+                # Past the old certificate's expiry: from then on only the renewed one can work.
+                await sleep_until(first.not_valid_after_utc + dt.timedelta(seconds=5))
+                stop.set()
+                await asyncio.wait_for(tasks[0], 30)
+                await eventually(lambda: set(running) >= set(created), "every pod Running", 90)
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            after = vk.metrics()
+        finally:
+            code = vk.stop()
+        lines = vk.log_text()[mark:].splitlines()
+
+    around_swap = [n for n, t in created.items() if t_swap - 15 <= t <= t_swap + 15]
+    latency = sorted(running[n] - created[n] for n in created)
+    print(
+        f"\n   pods created {len(created)}, {len(around_swap)} of them within 15 s of the swap; "
+        f"create -> Running p50/max {latency[len(latency) // 2]:.1f}/{latency[-1]:.1f}s; vkbridge exit {code}"
+    )
+    assert len(around_swap) >= 20, "the pods did not straddle the swap"
+    status, shadows = pool.api("GET", f"/apis/offloading.liqo.io/v1beta1/namespaces/{remote}/shadowpods")
+    assert status == 200, shadows
+    assert sorted(s["metadata"]["name"] for s in shadows["items"]) == sorted(created), "one ShadowPod each"
+    for name in ("liqo_virtual_kubelet_reflection_error_counter", "vkbridge_workqueue_retries_total"):
+        assert metric_sum(after, name) == metric_sum(before, name), (
+            f"{name}: failed handles during the renewal"
+        )
+    problems = [ln for ln in lines if " WARNING " in ln or " ERROR " in ln]
+    assert problems == [], "\n".join(problems[:20])

@@ -63,7 +63,9 @@ def test_node_is_ready_with_expected_labels_taints_capacity_and_conditions(
     assert n["status"]["addresses"] == [{"type": "InternalIP", "address": "127.0.0.1"}]
     assert n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == vkbridge.opts.listen_port
     lease = wait_until(
-        lambda: get(consumer, f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{bundle.slug}"),
+        lambda: get(
+            consumer, f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{bundle.slug}"
+        ),
         10,
         "the node Lease",
     )

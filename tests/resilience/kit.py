@@ -365,36 +365,6 @@ def poll(cond: Callable[[], Any], timeout: float, interval: float = 0.2) -> floa
     return None
 
 
-def scrape(proc: VkbridgeProcess) -> dict[str, float]:
-    """vkbridge's /metrics as {'name{labels}': value} ({} when the endpoint does not answer)."""
-    url = f"http://127.0.0.1:{proc.opts.metrics_port}/metrics"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            text = resp.read().decode()
-    except OSError:
-        return {}
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        key, _, value = line.rpartition(" ")
-        with contextlib.suppress(ValueError):
-            out[key] = float(value)
-    return out
-
-
-def metric(values: dict[str, float], name: str, **labels: str) -> float:
-    """Sum of the samples of `name` whose labels include `labels`."""
-    total = 0.0
-    for key, value in values.items():
-        base, _, rest = key.partition("{")
-        if base != name:
-            continue
-        if all(f'{k}="{v}"' in rest for k, v in labels.items()):
-            total += value
-    return total
-
-
 def log_time(line: str) -> float | None:
     """Epoch seconds of a vkbridge text log line (None for continuation lines)."""
     m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z ", line)

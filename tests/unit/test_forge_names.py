@@ -11,6 +11,7 @@ from reflectors.forge.names import (
     MappingStrategy,
     is_dns1123_label,
     local_configmap_name,
+    mapping_problem,
     remote_configmap_name,
     remote_namespace_name,
     service_account_secret_name,
@@ -112,3 +113,27 @@ def test_service_account_secret_and_token_key() -> None:
     assert service_account_secret_name("web-0") == "web-0-token"
     digest = hashlib.sha256(b"token").hexdigest()
     assert service_account_token_key("kube-api-access-x", "token") == f"kube-api-access-x-{digest[:6]}"
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        (None, None),
+        ({"remoteNamespace": "ok-c1", "phase": "Accepted"}, None),
+        ({"remoteNamespace": "ok-c1", "phase": "CreationInProgress"}, None),
+        (
+            {"remoteNamespace": "x" * 64, "phase": "CreationLoopBackOff"},
+            "64 characters, over the limit of 63",
+        ),
+        ({"remoteNamespace": "Bad_Name", "phase": "CreationLoopBackOff"}, "not a valid DNS-1123 label"),
+        ({"remoteNamespace": "fine-c1", "phase": "CreationLoopBackOff"}, "keeps failing to create"),
+    ],
+)
+def test_mapping_problem_names_the_cause_and_the_fix(
+    entry: dict[str, str] | None, expected: str | None
+) -> None:
+    got = mapping_problem("team-a", entry)
+    if expected is None:
+        assert got is None
+    else:
+        assert got is not None and expected in got and "waits" in got

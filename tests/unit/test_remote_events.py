@@ -98,7 +98,7 @@ def test_local_event_keeps_the_remote_name_and_points_at_the_local_pod() -> None
 def test_local_event_leaves_reporting_component_of_event_time_events_valid() -> None:
     """The API server requires a qualified name in reportingComponent when eventTime is set (422)."""
     scheduled = remote_event(
-        reason="Scheduled",
+        reason="FailedScheduling",
         source={},
         firstTimestamp=None,
         lastTimestamp=None,
@@ -114,6 +114,15 @@ def test_local_event_leaves_reporting_component_of_event_time_events_valid() -> 
     assert event["reportingComponent"] == "default-scheduler"
     assert event["eventTime"] == "2026-11-29T09:00:00.000000Z"
     assert "firstTimestamp" not in event
+
+
+def test_the_pool_schedulers_scheduled_event_is_not_copied_home() -> None:
+    """It names a pool node; the local pod has its own Scheduled event (one write per pod saved)."""
+    scheduled = remote_event(
+        reason="Scheduled", source={}, eventTime="2026-11-29T09:00:00.000000Z",
+        reportingComponent="default-scheduler",
+    )  # fmt: skip
+    assert local_event(scheduled, pod(), local_id=LOCAL_ID, remote_id=REMOTE_ID, now=NOW) is None
 
 
 @pytest.mark.parametrize(

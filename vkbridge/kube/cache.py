@@ -107,8 +107,11 @@ class Cache:
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
         backoff_base: float = BACKOFF_BASE,
         backoff_cap: float = BACKOFF_CAP,
+        project: Callable[[Obj], Obj] | None = None,
     ) -> None:
+        """``project`` keeps only what readers need of each object (memory: see bench/memory.py)."""
         self.client = client
+        self._project = project
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
@@ -237,7 +240,7 @@ class Cache:
                 continue_token=cont,
             )
             for item in page.get("items") or []:
-                new[object_key(item)] = _slim(item)
+                new[object_key(item)] = self._keep(item)
             meta = page.get("metadata") or {}
             cont = meta.get("continue") or None
             if cont is None:
@@ -289,6 +292,10 @@ class Cache:
                 self._apply(ev)
         return events > 0 or time.monotonic() - started >= MIN_HEALTHY_WATCH
 
+    def _keep(self, obj: Obj) -> Obj:
+        obj = _slim(obj)
+        return self._project(obj) if self._project is not None else obj
+
     def _apply(self, ev: Obj) -> None:
         etype = ev.get("type")
         obj: Obj = ev["object"]
@@ -297,7 +304,8 @@ class Cache:
             if rv:
                 self.resource_version = rv
             return
-        key = object_key(_slim(obj))
+        obj = self._keep(obj)
+        key = object_key(obj)
         if etype in ("ADDED", "MODIFIED"):
             before = self._store.get(key)
             self._store[key] = obj

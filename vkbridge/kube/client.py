@@ -17,15 +17,20 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
 
 import aiohttp
+import orjson
 
 from vkbridge.kube.kubeconfig import Credentials, KubeconfigError, read_token, ssl_context
 from vkbridge.kube.ratelimit import TokenBucket
+
+# orjson: 3-4x faster than json on watch streams (the hottest path under load), and it shares dict keys
+# across documents, so cached objects take less memory.
+_loads: Callable[[bytes], Any] = orjson.loads
 
 __all__ = [
     "APPLY_PATCH",
@@ -476,7 +481,7 @@ class KubeClient:
         if not raw:
             return {}
         try:
-            out = json.loads(raw)
+            out = _loads(raw)
         except ValueError:
             raise ApiError(status, "BadResponse", f"{method} {path}: response is not JSON") from None
         return out if isinstance(out, dict) else {"items": out}
@@ -539,15 +544,24 @@ class KubeClient:
 
     @contextlib.asynccontextmanager
     async def stream(
-        self, method: str, path: str, params: Params | None = None, *, timeout: float | None = None
+        self,
+        method: str,
+        path: str,
+        params: Params | None = None,
+        *,
+        timeout: float | None = None,
+        limited: bool = True,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """A streaming response (logs, follow=true) on the watch session; status already checked.
 
-        ``timeout`` bounds silence between chunks (None: unbounded, for followed logs).
+        ``timeout`` bounds silence between chunks (None: unbounded, for followed logs). ``limited=False``
+        skips the QPS limiter: a health probe queued behind a burst of writes would time out and report
+        a healthy pool as lost.
         """
         method = method.upper()
         self.stats[classify(method, path, params)] += 1
-        await self._limiter.acquire()
+        if limited:
+            await self._limiter.acquire()
         _, watch_session = self._sessions()
         headers = await self._headers()
         tmo = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT, sock_read=timeout)
@@ -703,7 +717,7 @@ def _ns_of(resource: Resource, body: Obj) -> str | None:
 
 def _watch_event(line: bytes) -> Obj:
     try:
-        ev = json.loads(line)
+        ev = _loads(line)
     except ValueError:
         raise TransportError("watch stream: malformed event line") from None
     if not isinstance(ev, dict) or not isinstance(ev.get("object"), dict):

@@ -136,7 +136,22 @@ def parse_kubeconfig(
     context: str | None = None,
     source: str = "kubeconfig",
 ) -> Credentials:
-    """Credentials of the current (or given) context. Raises ``KubeconfigError`` with one clear reason."""
+    """Credentials of the current (or given) context. Raises ``KubeconfigError`` with one clear reason,
+    naming ``source`` so the operator knows which file or Secret to fix."""
+    try:
+        return _parse(config, base_dir, context, source)
+    except KubeconfigError as err:
+        if source == "kubeconfig" or source in str(err):
+            raise
+        raise KubeconfigError(f"{source}: {err}") from None
+
+
+def _parse(
+    config: str | bytes | Mapping[str, Any],
+    base_dir: str | os.PathLike[str] | None,
+    context: str | None,
+    source: str,
+) -> Credentials:
     doc = _load_doc(config)
     ctx_name = context or doc.get("current-context") or ""
     contexts = _named(doc, "contexts", "context")

@@ -23,6 +23,13 @@ UNAUTHORIZED_FIX = (
 )
 
 
+# A single late answer is not an outage: a loaded host (or pool API server) answers a ping late now and
+# then, and declaring the pool Lost parks every write and re-queues every pod on return (a re-sync storm
+# that makes the next ping later still). Lost needs this many misses in a row, re-checked quickly.
+LOSE_AFTER_MISSES = 3
+RECHECK_SECONDS = 0.5
+
+
 class PingClient(Protocol):
     async def ping(self, path: str, timeout: float) -> int:
         """GET `path`; return the HTTP status; raise on transport failure or timeout."""
@@ -38,7 +45,7 @@ class KubePing:
     async def ping(self, path: str, timeout: float) -> int:
         async with asyncio.timeout(timeout):
             try:
-                async with self._client.stream("GET", path, timeout=timeout) as resp:
+                async with self._client.stream("GET", path, timeout=timeout, limited=False) as resp:
                     await resp.read()
                     return resp.status
             except ApiError as err:
@@ -73,6 +80,7 @@ class Pinger:
         self._disabled = interval <= 0
         self._timeout, self._metrics, self._path = timeout, metrics, path
         self._lost_at: float | None = None
+        self._misses = 0
 
     async def ping_once(self) -> PoolState:
         if self._disabled:
@@ -86,6 +94,13 @@ class Pinger:
             except Exception as exc:  # transport errors of every kind mean "not reachable"
                 status, detail = None, _short(exc)
             state = classify(status)
+        if state is PoolState.LOST and self._reach.state is PoolState.CONNECTED:
+            self._misses += 1
+            if self._misses < LOSE_AFTER_MISSES:
+                log.debug("pool ping missed", detail=detail, misses=self._misses)
+                return PoolState.CONNECTED
+        else:
+            self._misses = 0
         self._transition(state, detail)
         return state
 
@@ -120,7 +135,7 @@ class Pinger:
     async def run(self) -> None:
         while True:
             await self.ping_once()
-            await self._reach.wait_check_request(self._interval)
+            await self._reach.wait_check_request(RECHECK_SECONDS if self._misses else self._interval)
 
 
 def _short(exc: BaseException) -> str:
