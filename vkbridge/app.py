@@ -51,7 +51,7 @@ from vkbridge.metrics import Metrics
 from vkbridge.node.controller import NodeController, grant_of
 from vkbridge.node.lease import LeaseHeartbeat
 from vkbridge.node.model import NodeInputs
-from vkbridge.node.pinger import KubePing, Pinger
+from vkbridge.node.pinger import Pinger
 from vkbridge.settings import Settings
 
 log = get_logger("vkbridge.app")
@@ -206,7 +206,7 @@ class VirtualKubelet:
             renew_interval=s.node_lease_renew_interval or None, node_uid=node.node_uid,
         )  # fmt: skip
         pinger = Pinger(
-            KubePing(pool), self.reach, interval=s.node_ping_interval, timeout=s.node_ping_timeout,
+            pool, self.reach, interval=s.node_ping_interval, timeout=s.node_ping_timeout,
             metrics=self.metrics,
         )  # fmt: skip
 

@@ -72,6 +72,7 @@ APPLY_PATCH: Final = "application/apply-patch+yaml"
 
 DEFAULT_TIMEOUT: Final = 60.0
 CONNECT_TIMEOUT: Final = 15.0
+PING_CONNECT_FACTOR: Final = 3.0
 WATCH_READ_SLACK: Final = 15.0
 TOKEN_REFRESH_SECONDS: Final = 60.0
 READ_BUFSIZE: Final = 2**21
@@ -486,6 +487,33 @@ class KubeClient:
             raise ApiError(status, "BadResponse", f"{method} {path}: response is not JSON") from None
         return out if isinstance(out, dict) else {"items": out}
 
+    async def ping(self, path: str, timeout: float) -> int:
+        """GET ``path`` as a health probe; returns the HTTP status, raises ``TransportError``.
+
+        Not rate limited: a probe queued behind a burst of writes would report a healthy pool as lost.
+        It rides a kept-alive connection of the request session, and ``timeout`` bounds the wait for the
+        answer, while a new connection gets ``PING_CONNECT_FACTOR`` times that for its TCP and TLS
+        handshakes: through a slow tunnel (300 ms each way) a handshake alone exceeds a 1 s ping timeout,
+        and a probe that gave it no more would never succeed again after the tunnel cut the connection.
+        """
+        self.stats[classify("GET", path, None)] += 1
+        req_session, _ = self._sessions()
+        headers = await self._headers()
+        tmo = aiohttp.ClientTimeout(total=None, sock_connect=PING_CONNECT_FACTOR * timeout, sock_read=timeout)
+        self._inflight[req_session] += 1
+        try:
+            async with req_session.get(
+                self._creds.server + path, headers=headers, timeout=tmo, **self._conn_kwargs()
+            ) as resp:
+                await resp.read()
+                return resp.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise _transport_error("GET", path, exc) from exc
+        finally:
+            self._inflight[req_session] -= 1
+            if self._inflight[req_session] <= 0:
+                del self._inflight[req_session]
+
     async def watch(
         self,
         resource: Resource,
@@ -544,24 +572,15 @@ class KubeClient:
 
     @contextlib.asynccontextmanager
     async def stream(
-        self,
-        method: str,
-        path: str,
-        params: Params | None = None,
-        *,
-        timeout: float | None = None,
-        limited: bool = True,
+        self, method: str, path: str, params: Params | None = None, *, timeout: float | None = None
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """A streaming response (logs, follow=true) on the watch session; status already checked.
 
-        ``timeout`` bounds silence between chunks (None: unbounded, for followed logs). ``limited=False``
-        skips the QPS limiter: a health probe queued behind a burst of writes would time out and report
-        a healthy pool as lost.
+        ``timeout`` bounds silence between chunks (None: unbounded, for followed logs).
         """
         method = method.upper()
         self.stats[classify(method, path, params)] += 1
-        if limited:
-            await self._limiter.acquire()
+        await self._limiter.acquire()
         _, watch_session = self._sessions()
         headers = await self._headers()
         tmo = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT, sock_read=timeout)

@@ -6,11 +6,9 @@ that hibernates for hours must not flood the log.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Protocol
 
-from vkbridge.kube.client import ApiError, KubeClient
 from vkbridge.kube.reachability import PoolState, Reachability
 from vkbridge.logs import get_logger
 from vkbridge.metrics import Metrics
@@ -31,27 +29,11 @@ RECHECK_SECONDS = 0.5
 
 
 class PingClient(Protocol):
+    """`KubeClient` in production (see `KubeClient.ping` for its timeouts)."""
+
     async def ping(self, path: str, timeout: float) -> int:
         """GET `path`; return the HTTP status; raise on transport failure or timeout."""
         ...
-
-
-class KubePing:
-    """`PingClient` over our KubeClient: the status of a plain GET, within the ping timeout."""
-
-    def __init__(self, client: KubeClient) -> None:
-        self._client = client
-
-    async def ping(self, path: str, timeout: float) -> int:
-        async with asyncio.timeout(timeout):
-            try:
-                async with self._client.stream("GET", path, timeout=timeout, limited=False) as resp:
-                    await resp.read()
-                    return resp.status
-            except ApiError as err:
-                if err.status:
-                    return err.status
-                raise
 
 
 def classify(status: int | None) -> PoolState:
