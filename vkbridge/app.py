@@ -359,13 +359,11 @@ async def _main(settings: Settings) -> int:
 def run(settings: Settings) -> int:
     """Entry point called by the CLI once flags are parsed and logging is set up."""
     try:
-        import uvloop
-
-        runner: Any = uvloop.run
-    except ImportError:  # pragma: no cover - uvloop is a runtime dependency
-        runner = asyncio.run
-    try:
-        return int(runner(_main(settings)))
+        # The standard loop, not uvloop: uvloop can leave a transport bound to a file descriptor the OS
+        # has already reused when a connect is cancelled (MagicStack/uvloop#653, unfixed in 0.23), which
+        # killed vkbridge during a pool outage in the long-outage scenario and can mix two connections'
+        # bytes. Correctness first; the cost is measured in bench/README.md.
+        return int(asyncio.run(_main(settings)))
     except KeyboardInterrupt:
         return 0
     except ExceptionGroup as group:

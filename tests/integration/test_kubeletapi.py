@@ -778,47 +778,6 @@ async def test_metrics_server_serves_the_registry_and_probes() -> None:
         await srv.stop()
 
 
-# ---------------------------------------------------------------------------------------------- uvloop
-
-
-def test_the_same_paths_on_uvloop(env: Env) -> None:
-    """Production runs on uvloop, whose TLS transport differs (the sniffer hands it over mid-stream)."""
-    import uvloop
-
-    async def scenario() -> None:
-        assert "uvloop" in type(asyncio.get_running_loop()).__module__
-        home = KubeClient(parse_kubeconfig(env.home_kubeconfig), name="consumer")
-        pool = KubeClient(parse_kubeconfig(env.pool_kubeconfig), name="pool")
-        ctx = server_context(*env.serving, env.workdir)
-        srv = KubeletServer(home, pool, node_name=env.node, listen_host="127.0.0.1", port=env.port,
-                            ssl_context_provider=lambda: ctx, client_ca_pem=env.consumer.ca_pem,
-                            remote_namespace=env.remote_namespace, local_pods=lambda: env.pods)  # fmt: skip
-        await srv.start()
-        try:
-            await srv.wait_serving(5)
-            res = await kubectl(env, "exec", "-n", env.ns, "app", "--", "sh", "-c", "echo hi; exit 5")
-            assert (res.returncode, res.stdout) == (5, "hi\n"), res.stderr
-            res = await kubectl(env, "exec", "-i", "-n", env.ns, "app", "--", "cat", input="in\n")
-            assert (res.returncode, res.stdout) == (0, "in\n"), res.stderr
-            res = await kubectl(env, "logs", "-n", env.ns, "app", "--tail=1")
-            assert res.returncode == 0 and res.stdout.startswith("line-"), res.stderr
-            assert srv.stream_protocols == {"spdy/v5.channel.k8s.io": 2}
-            # Stopping the server while a session runs ends it on both sides.
-            marker = f"sleep {5600 + int(uuid.uuid4().int % 1000)}"
-            proc = await start_kubectl_exec(env, f"echo started; exec {marker}")
-            await eventually(lambda: bool(processes_with(marker)), 10, "the remote process")
-        finally:
-            await srv.stop()
-            await home.close()
-            await pool.close()
-        async with asyncio.timeout(20):
-            rc = await proc.wait()
-        assert rc != 0
-        await eventually(lambda: not processes_with(marker), 15, "the remote process to be killed")
-
-    uvloop.run(scenario())
-
-
 async def test_port_forward_is_refused_with_a_clear_message(env: Env, server: KubeletServer) -> None:
     res = await kubectl(env, "port-forward", "-n", env.ns, "pod/app", f"{free_port()}:80", timeout=30)
     assert res.returncode != 0

@@ -41,7 +41,7 @@ class Sniffer(asyncio.Protocol):
         self._live = live  # the server's set of connections not yet handed over (closed on stop)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._transport = cast(asyncio.Transport, transport)  # some loops' transports are not subclasses
         _keepalive(transport)
         if self._live is not None:
             self._live.add(self)

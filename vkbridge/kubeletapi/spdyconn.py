@@ -75,7 +75,7 @@ class SpdyConnection(asyncio.Protocol):
     # -- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._transport = cast(asyncio.Transport, transport)  # some loops' transports are not subclasses
 
     def data_received(self, data: bytes) -> None:
         if not self._framing:
