@@ -133,6 +133,7 @@ class ReflectionEngine:
         self._pairs_dirty = asyncio.Event()
         self._requeue_waiting_pending = False
         self.refused: dict[str, str] = {}  # namespace the pool refused to map -> why (logged once)
+        self._told_refused: set[str] = set()  # pods whose wait for such a namespace was logged
         self.local_pods.subscribe(self._on_local)
         self.namespace_maps.subscribe(lambda *_: self._pairs_dirty.set())
         ctx.reach.subscribe(self._on_pool)
@@ -267,13 +268,7 @@ class ReflectionEngine:
         try:
             if pair is None:
                 if ns in requested_namespaces(self.namespace_maps.list()):
-                    # Offloading requested, mapping not Accepted (yet): wait, never abort; say why if refused.
-                    local = self.local_pods.get(key)
-                    if ns in self.refused and local is not None and not fp.is_terminating(local):
-                        self.ctx.recorder.event(
-                            local, c.EVENT_TYPE_WARNING, c.EVENT_FAILED_REFLECTION,
-                            c.failed_reflection_msg(self.ctx.remote_cluster_id, self.refused[ns]),
-                        )  # fmt: skip
+                    self._tell_refused(key, ns)  # mapping not Accepted (yet): wait, never abort
                     return None
                 await self.fallback.handle(key, self.local_pods.get(key))
                 return None
@@ -293,6 +288,20 @@ class ReflectionEngine:
         except ConfigurationNotReady:
             return RequeueAfter(1.0)
 
+    def _tell_refused(self, key: str, ns: str) -> None:
+        """A pod waiting for a namespace the pool refuses: one log line, and an event each handle."""
+        local = self.local_pods.get(key)
+        problem = self.refused.get(ns)
+        if problem is None or local is None or fp.is_terminating(local):
+            return
+        if key not in self._told_refused:
+            self._told_refused.add(key)
+            log.warning("pod waits: its namespace is not offloaded", pod=key, reason=problem)
+        self.ctx.recorder.event(
+            local, c.EVENT_TYPE_WARNING, c.EVENT_FAILED_REFLECTION,
+            c.failed_reflection_msg(self.ctx.remote_cluster_id, problem),
+        )  # fmt: skip
+
     def _requeue_pods(self, keys: Collection[str]) -> None:
         """Pods that waited for a Secret/ConfigMap which now exists on the pool."""
         for key in keys:
@@ -304,6 +313,7 @@ class ReflectionEngine:
             key = object_key(obj)
             if new is None:
                 self.pods.arrived.pop(key, None)  # never handled by the pod reflector (no pair)
+                self._told_refused.discard(key)
             elif old is None and key not in self.pods.infos:
                 self.pods.arrived[key] = time.monotonic()
             self.queue.add(key)
