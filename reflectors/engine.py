@@ -282,7 +282,15 @@ class ReflectionEngine:
             if local is not None and not self.all_pairs_synced():
                 return RequeueAfter(1.0)  # admission needs every pair's ShadowPods counted first
             return await self.pods.handle(key, pair)
-        except (PoolUnavailable, ConfigurationPoolUnavailable):
+        except (PoolUnavailable, ConfigurationPoolUnavailable) as err:
+            if self.ctx.reach.connected:
+                # One request failed in transit (a tunnel reset) but the pinger still reaches the pool:
+                # parking would wait for a Lost -> Connected transition that may never come. Retry soon;
+                # if the pool is really gone, the next try finds it Lost and parks the key.
+                log.warning(
+                    "pool request failed in transit; retrying", pod=key, retry_in="1s", error=str(err)
+                )
+                return RequeueAfter(1.0)
             self.parked.add(key)
             return None
         except ConfigurationNotReady:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final, Literal
 
 from vkbridge.kube.backoff import Backoff
-from vkbridge.kube.client import ApiError, KubeClient, Resource, TransportError, WatchExpired
+from vkbridge.kube.client import WATCH_OPENED, ApiError, KubeClient, Resource, TransportError, WatchExpired
 
 __all__ = ["Cache", "EventType", "Handler", "diff_stores", "object_key"]
 
@@ -274,6 +274,7 @@ class Cache:
                 field_selector=self.field_selector,
                 timeout_seconds=self.watch_timeout_seconds,
                 allow_bookmarks=True,
+                announce_open=True,
             )
         ) as stream:
             it = aiter(stream)
@@ -286,9 +287,10 @@ class Cache:
                 except TimeoutError:
                     log.debug("%s: no event for %.0f s; re-watching", self.name, self.inactivity_timeout)
                     return True
+                if ev.get("type") == WATCH_OPENED:
+                    self._set_state("watching")  # a quiet resource must not read as "still in backoff"
+                    continue
                 events += 1
-                if events == 1:
-                    self._set_state("watching")
                 self._apply(ev)
         return events > 0 or time.monotonic() - started >= MIN_HEALTHY_WATCH
 

@@ -73,6 +73,7 @@ APPLY_PATCH: Final = "application/apply-patch+yaml"
 DEFAULT_TIMEOUT: Final = 60.0
 CONNECT_TIMEOUT: Final = 15.0
 PING_CONNECT_FACTOR: Final = 3.0
+WATCH_OPENED: Final = "vkbridge.io/WatchOpened"  # see KubeClient.watch(announce_open=True)
 WATCH_READ_SLACK: Final = 15.0
 TOKEN_REFRESH_SECONDS: Final = 60.0
 READ_BUFSIZE: Final = 2**21
@@ -524,8 +525,12 @@ class KubeClient:
         field_selector: str | None = None,
         timeout_seconds: int = 290,
         allow_bookmarks: bool = True,
+        announce_open: bool = False,
     ) -> AsyncGenerator[Obj, None]:
         """Raw watch events (``type``, ``object``) until the server ends the stream.
+
+        With ``announce_open`` the first item is ``{"type": WATCH_OPENED}`` once the server accepted the
+        watch, so a caller can tell "reconnected" from "still failing" on a quiet resource.
 
         ERROR 410 raises ``WatchExpired``; other ERRORs raise ``ApiError``; a dead connection raises
         ``TransportError`` after ``timeout_seconds`` + slack of silence. Not rate limited. Use it under
@@ -557,6 +562,8 @@ class KubeClient:
                 if resp.status != 200:
                     raw = await resp.content.read(_ERROR_BODY_LIMIT)
                     raise _error_from(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
+                if announce_open:
+                    yield {"type": WATCH_OPENED}
                 buf = bytearray()
                 async for chunk in resp.content.iter_any():
                     buf += chunk
