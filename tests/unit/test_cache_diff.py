@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from vkbridge.kube.cache import Cache, diff_stores, object_key
-from vkbridge.kube.client import CONFIGMAPS, ApiError, Resource, TransportError, WatchExpired
+from vkbridge.kube.client import CONFIGMAPS, WATCH_OPENED, ApiError, Resource, TransportError, WatchExpired
 
 Obj = dict[str, Any]
 
@@ -97,14 +97,19 @@ class FakeClient:
         self.watch_calls.append({"namespace": namespace, **kw})
         self.open_watches += 1
         try:
+            item = await self.feed.get()
+            if isinstance(item, BaseException):
+                raise item  # the watch never opened (a failed connect)
+            if kw.get("announce_open"):
+                yield {"type": WATCH_OPENED}
             while True:
-                item = await self.feed.get()
                 if item is END:
                     return
                 if isinstance(item, BaseException):
                     raise item
                 assert isinstance(item, dict)
                 yield item
+                item = await self.feed.get()
         finally:
             self.open_watches -= 1
 
