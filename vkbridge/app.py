@@ -43,7 +43,7 @@ from vkbridge.kube.kubeconfig import (
     load_kubeconfig_file,
 )
 from vkbridge.kube.leaderelection import LeaderElector
-from vkbridge.kube.reachability import Reachability
+from vkbridge.kube.reachability import PoolState, Reachability
 from vkbridge.kubeletapi.metrics_server import MetricsServer
 from vkbridge.kubeletapi.server import KubeletServer
 from vkbridge.logs import get_logger
@@ -209,6 +209,8 @@ class VirtualKubelet:
             pool, self.reach, interval=s.node_ping_interval, timeout=s.node_ping_timeout,
             metrics=self.metrics,
         )  # fmt: skip
+        # Back from an outage: pool watches in backoff retry now, not at their (up to 30 s) next attempt.
+        self.reach.subscribe(lambda _old, new: pool.nudge() if new is PoolState.CONNECTED else None)
 
         def offloading_patch() -> Mapping[str, Any] | None:
             vn = vn_cache.get(vn_key)

@@ -84,6 +84,9 @@ class FakeClient:
         self.feed: asyncio.Queue[object] = asyncio.Queue()
         self.open_watches = 0
 
+    async def pause(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
     async def list(self, resource: Resource, namespace: str | None = None, **kw: Any) -> Obj:
         self.list_calls.append({"namespace": namespace, **kw})
         result = self.list_results.pop(0)

@@ -204,11 +204,11 @@ class Cache:
                         continue
                     delay = backoff.next()
                     log.debug("%s: watch ended at once; re-watch in %.1f s", self.name, delay)
-                    await asyncio.sleep(delay)
+                    await self.client.pause(delay)
                 except WatchExpired:
                     self.expirations += 1
                     if need_list:  # the list itself expired (stale continue token): don't spin
-                        await asyncio.sleep(backoff.next())
+                        await self.client.pause(backoff.next())
                     else:
                         log.info(
                             "%s: resourceVersion %s expired; re-listing", self.name, self.resource_version
@@ -222,7 +222,7 @@ class Cache:
                         )
                         continue
                     self._set_state("backoff", f"{exc}; retrying with backoff up to {self.backoff_cap:.0f} s")
-                    await asyncio.sleep(backoff.next())
+                    await self.client.pause(backoff.next())
         finally:
             self._set_state("idle")
 

@@ -319,6 +319,7 @@ class KubeClient:
         self.timeout = DEFAULT_TIMEOUT if timeout is None else timeout
         self.stats: Counter[tuple[str, str]] = Counter()
         self.generation = 0
+        self._nudged = asyncio.Event()
         self._creds = creds
         self._ssl = ssl_context(creds)
         self._limiter = TokenBucket(qps, burst)
@@ -356,6 +357,18 @@ class KubeClient:
         for s in old:
             if s is not None:
                 await s.close()
+
+    def nudge(self) -> None:
+        """The server answers again (the pool is back): wake everyone waiting in `pause`."""
+        self._nudged.set()
+        self._nudged = asyncio.Event()
+
+    async def pause(self, seconds: float) -> None:
+        """A retry backoff that ends early on `nudge`: after a long outage, watches backed off to their
+        cap must not keep the pool's objects stale for another half minute once it is back."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._nudged.wait()
 
     async def swap_credentials(self, creds: Credentials) -> None:
         """Switch identity (and maybe server): new SSLContext and sessions, then close the old ones.
