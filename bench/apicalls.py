@@ -330,8 +330,10 @@ def main(argv: list[str] | None = None) -> int:
             ],
         )
     )
-    met = vk_writes <= target
-    print(f"target <= {target:g} writes per pod by vkbridge: {'MET' if met else 'MISSED'}")
+    # The target counts what a pod costs; the node Lease and status heartbeats cost per second, not per
+    # pod (they are the difference between the two vkbridge rows and shrink as the burst grows).
+    met = vk_pod_writes <= target
+    print(f"target <= {target:g} pod-related writes per pod by vkbridge: {'MET' if met else 'MISSED'}")
     result["headline"] = {
         "vkbridge_writes_per_pod": round(vk_writes, 3),
         "vkbridge_pod_writes_per_pod": round(vk_pod_writes, 3),
