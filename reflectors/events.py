@@ -47,7 +47,9 @@ log = get_logger("reflectors.events")
 
 TaskFactory = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
 
-REMOTE_EVENT_SELECTOR = "involvedObject.kind=Pod"
+# Server-side filter: pod events only, and not the pool scheduler's "Scheduled" ones (see
+# forge.events.NOT_REFLECTED): neither decoded nor cached, half the events of a quiet pool.
+REMOTE_EVENT_SELECTOR = "involvedObject.kind=Pod,reason!=Scheduled"
 # What we remember of a local copy and send on update: the aggregated fields and the times moving with them.
 TRACKED_FIELDS = (*MUTABLE_FIELDS, "lastTimestamp", "eventTime")
 MAX_TRIES = 5
