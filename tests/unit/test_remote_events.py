@@ -191,8 +191,9 @@ def _selects(obj: dict[str, Any], labels: str | None, fields: str | None) -> boo
         if have.get(k) != v:
             return False
     for term in filter(None, (fields or "").split(",")):
-        k, v = term.split("=", 1)
-        if str(_field(obj, k)) != v:
+        negate = "!=" in term
+        k, v = term.split("!=" if negate else "=", 1)
+        if (str(_field(obj, k)) == v) == negate:
             return False
     return True
 
@@ -215,6 +216,9 @@ class FakeApi:
         ] = []
 
     # -- test side
+
+    async def pause(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
     def put(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
         obj = copy.deepcopy(obj)
@@ -451,7 +455,11 @@ async def test_remote_event_is_copied_onto_the_local_pod() -> None:
 
 async def test_remote_cache_watches_pod_events_only() -> None:
     async with world() as w:
-        assert w.refl.pairs[NS].cache.field_selector == REMOTE_EVENT_SELECTOR == "involvedObject.kind=Pod"
+        assert (
+            w.refl.pairs[NS].cache.field_selector
+            == REMOTE_EVENT_SELECTOR
+            == "involvedObject.kind=Pod,reason!=Scheduled"
+        )
         w.pool.put("events", remote_event("svc.1", involvedObject={"apiVersion": "v1", "kind": "Service",
                                                                     "name": "web-0", "namespace": RNS}))  # fmt: skip
         w.pool.put("events", remote_event())
