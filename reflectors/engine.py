@@ -99,6 +99,7 @@ class ReflectionEngine:
             field_selector=f"spec.nodeName={ctx.node_name}",
             name="consumer/pods",
             inactivity_timeout=inactivity_timeout,
+            compact=True,  # the biggest cache by far: thousands of whole pods
         )
         self.namespace_maps = Cache(
             ctx.home,

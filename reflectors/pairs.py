@@ -89,6 +89,7 @@ def new_pair(
         label_selector=selector,
         name=f"pool/shadowpods@{remote}",
         inactivity_timeout=inactivity_timeout,
+        compact=True,
         project=shadowpod_view,
     )
     remote_pods = Cache(
@@ -98,6 +99,7 @@ def new_pair(
         label_selector=selector,
         name=f"pool/pods@{remote}",
         inactivity_timeout=inactivity_timeout,
+        compact=True,
         project=remote_pod_view,
     )
     shadows.subscribe(rekey)

@@ -338,3 +338,29 @@ async def test_credential_swap_reconnects_quietly(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert cache.state == "watching"
     await stop(task)
+
+
+async def test_compact_cache_reads_equal_private_copies_and_diffs_relists() -> None:
+    """Kept as JSON bytes: every read is the object as stored, a copy a reader may change freely, and a
+    410 re-list still emits exactly the missed changes."""
+    fake = FakeClient()
+    client: Any = fake
+    cache = Cache(
+        client, CONFIGMAPS, "ns", name="compact", inactivity_timeout=5.0, backoff_base=0.01, compact=True
+    )
+    rec = Recorder(cache)
+    cache.subscribe(rec)
+    fake.list_results = [page("10", obj("a", "1", k="v")), page("30", obj("b", "25"))]
+    task = await start(cache)
+    fake.feed.put_nowait(ev("MODIFIED", obj("a", "20", k="w")))
+    await until(lambda: (cache.get("ns/a") or {}).get("data") == {"k": "w"})
+    got = cache.get("ns/a")
+    assert got == obj("a", "20", k="w")
+    assert got is not None and got is not cache.get("ns/a")
+    got["data"]["k"] = "changed by a reader"
+    assert cache.list() == [obj("a", "20", k="w")]
+    fake.feed.put_nowait(WatchExpired("too old"))
+    await until(lambda: cache.relists == 1)
+    assert rec.events[-2:] == [("DELETED", "a@20", None), ("ADDED", None, "b@25")]
+    assert cache.keys() == ["ns/b"]
+    await stop(task)

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final, Literal
 
+import orjson
+
 from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.client import WATCH_OPENED, ApiError, KubeClient, Resource, TransportError, WatchExpired
 
@@ -108,10 +110,14 @@ class Cache:
         backoff_base: float = BACKOFF_BASE,
         backoff_cap: float = BACKOFF_CAP,
         project: Callable[[Obj], Obj] | None = None,
+        compact: bool = False,
     ) -> None:
-        """``project`` keeps only what readers need of each object (memory: see bench/memory.py)."""
+        """``project`` keeps only what readers need of each object; ``compact`` keeps each one as JSON
+        bytes, decoded on every read (a pod is ~5 KB as JSON, ~20 KB as Python dicts: with thousands of
+        pods the caches are most of the process; see bench/README.md). Reads then return a private copy."""
         self.client = client
         self._project = project
+        self._compact = compact
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
@@ -125,7 +131,7 @@ class Cache:
         self.resource_version: str | None = None
         self.relists = 0
         self.expirations = 0
-        self._store: dict[str, Obj] = {}
+        self._store: dict[str, Obj | bytes] = {}
         self._subscribers: list[Handler] = []
         self._synced = asyncio.Event()
         self._state = "idle"
@@ -142,10 +148,11 @@ class Cache:
         return self._state
 
     def get(self, key: str) -> Obj | None:
-        return self._store.get(key)
+        stored = self._store.get(key)
+        return None if stored is None else self._unpack(stored)
 
     def list(self) -> Objs:
-        return [*self._store.values()]
+        return [self._unpack(v) for v in self._store.values()]
 
     def keys(self) -> Keys:
         return [*self._store]
@@ -240,7 +247,8 @@ class Cache:
                 continue_token=cont,
             )
             for item in page.get("items") or []:
-                new[object_key(item)] = self._keep(item)
+                kept = self._keep(item)
+                new[object_key(kept)] = kept
             meta = page.get("metadata") or {}
             cont = meta.get("continue") or None
             if cont is None:
@@ -248,7 +256,8 @@ class Cache:
                 break
         if not rv:
             raise ApiError(500, "BadList", f"{self.name}: list without resourceVersion")
-        old, self._store = self._store, new
+        old = {k: self._unpack(v) for k, v in self._store.items()}
+        self._store = {k: self._pack(v) for k, v in new.items()}
         self.resource_version = str(rv)
         self.last_sync_time = time.time()
         if self.synced:
@@ -294,6 +303,15 @@ class Cache:
                 self._apply(ev)
         return events > 0 or time.monotonic() - started >= MIN_HEALTHY_WATCH
 
+    def _pack(self, obj: Obj) -> Obj | bytes:
+        return orjson.dumps(obj) if self._compact else obj
+
+    def _unpack(self, stored: Obj | bytes) -> Obj:
+        if isinstance(stored, bytes):
+            out: Obj = orjson.loads(stored)
+            return out
+        return stored
+
     def _keep(self, obj: Obj) -> Obj:
         obj = _slim(obj)
         return self._project(obj) if self._project is not None else obj
@@ -309,8 +327,9 @@ class Cache:
         obj = self._keep(obj)
         key = object_key(obj)
         if etype in ("ADDED", "MODIFIED"):
-            before = self._store.get(key)
-            self._store[key] = obj
+            stored = self._store.get(key)
+            before = None if stored is None else self._unpack(stored)
+            self._store[key] = self._pack(obj)
             self._emit("MODIFIED" if before is not None else "ADDED", before, obj)
         elif etype == "DELETED":
             self._store.pop(key, None)
