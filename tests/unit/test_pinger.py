@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
+
+import pytest
 
 from vkbridge.kube.reachability import PoolState, Reachability
 from vkbridge.node.pinger import LOSE_AFTER_MISSES, Pinger
@@ -13,6 +16,7 @@ class Script:
 
     def __init__(self, answers: Iterable[int | None]) -> None:
         self.answers = list(answers)
+        self.generation = 0
 
     async def ping(self, path: str, timeout: float) -> int:
         answer = self.answers.pop(0)
@@ -54,3 +58,17 @@ async def test_unauthorized_is_not_debounced() -> None:
 async def test_a_lost_pool_returns_on_the_first_answer() -> None:
     got = await states([200, None, None, None, 200])
     assert got[-2:] == [PoolState.LOST, PoolState.CONNECTED]
+
+
+async def test_a_second_rejected_credential_is_logged_again(caplog: pytest.LogCaptureFixture) -> None:
+    """Bad bundle A rejected, bad bundle B applied before any ping saw a good one: B's rejection is news."""
+    client = Script([401, 401, 401])
+    client.generation = 1
+    pinger = Pinger(client, Reachability(), interval=10, timeout=1)
+    with caplog.at_level(logging.ERROR, logger="vkbridge.pool"):
+        await pinger.ping_once()
+        await pinger.ping_once()  # same credential: no second line
+        client.generation = 2  # swapped
+        await pinger.ping_once()
+    lines = [r.getMessage() for r in caplog.records if "rejects" in r.getMessage()]
+    assert len(lines) == 2 and "new credential too" in lines[1]

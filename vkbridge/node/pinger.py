@@ -63,6 +63,7 @@ class Pinger:
         self._timeout, self._metrics, self._path = timeout, metrics, path
         self._lost_at: float | None = None
         self._misses = 0
+        self._rejected_generation = -1
 
     async def ping_once(self) -> PoolState:
         if self._disabled:
@@ -88,8 +89,16 @@ class Pinger:
 
     def _transition(self, state: PoolState, detail: str) -> None:
         old = self._reach.state
+        generation = getattr(self._client, "generation", 0)  # bumped by every credential swap
         if not self._reach.set(state, detail):
+            if state is PoolState.UNAUTHORIZED and generation != self._rejected_generation:
+                # Still rejected, but with another credential (a second bad bundle applied while the
+                # first was rejected): the operator must read that the new one fails too.
+                self._rejected_generation = generation
+                log.error("pool rejects our new credential too: " + UNAUTHORIZED_FIX, detail=detail)
             return
+        if state is PoolState.UNAUTHORIZED:
+            self._rejected_generation = generation
         now = time.monotonic()
         if self._metrics is not None:
             for s in PoolState:
