@@ -34,6 +34,7 @@ from bench.common import (
     vk_metrics_text,
     wait_for,
     watch_phase,
+    watch_reflection,
     write_results,
 )
 from e2e.fixtures_pool import SLUG
@@ -85,14 +86,7 @@ def run_vkbridge(tb: Testbed, n: int, tag: str, timeout: float, profile_dir: Pat
     remote = tb.offloaded_namespace(ns)
     running, bound = FirstSeen(), FirstSeen()
     shadows, remote_running = FirstSeen(), FirstSeen()
-    watches = [
-        watch_phase(tb.api("consumer"), tb.loop, f"/api/v1/namespaces/{ns}/pods", running, bound=bound),
-        watch_phase(
-            tb.api("pool"), tb.loop, f"/apis/offloading.liqo.io/v1beta1/namespaces/{remote}/shadowpods",
-            FirstSeen(), added=shadows,
-        ),
-        watch_phase(tb.api("pool"), tb.loop, f"/api/v1/namespaces/{remote}/pods", remote_running),
-    ]  # fmt: skip
+    watches = watch_reflection(tb, ns, remote, running, bound, shadows, remote_running)
     time.sleep(0.5)
     spy = PySpy(tb.vk.pid, profile_dir / f"burst-{n}-{tag}.txt").start() if tb.vk and profile_dir else None
     rss0, cpu0, sched0 = tb.vk_rss_mb(), tb.cpu_snapshot(), tb.sched_snapshot()

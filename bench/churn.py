@@ -41,7 +41,7 @@ from bench.common import (
     vk_log_outbound,
     vk_metrics_text,
     wait_for,
-    watch_phase,
+    watch_reflection,
     write_results,
 )
 from e2e.fixtures_pool import SLUG
@@ -116,14 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         assert tb.vk is not None
         ns = f"churn-{int(time.time()) % 100000}"
         remote = tb.offloaded_namespace(ns)
-        watches = [
-            watch_phase(tb.api("consumer"), tb.loop, f"/api/v1/namespaces/{ns}/pods", running, bound=bound),
-            watch_phase(
-                tb.api("pool"), tb.loop, f"/apis/offloading.liqo.io/v1beta1/namespaces/{remote}/shadowpods",
-                FirstSeen(), added=shadows,
-            ),
-            watch_phase(tb.api("pool"), tb.loop, f"/api/v1/namespaces/{remote}/pods", remote_running),
-        ]  # fmt: skip
+        watches = watch_reflection(tb, ns, remote, running, bound, shadows, remote_running)
         time.sleep(1.0)
         profile_dir = tb.work.parent / "bench-profiles"
         spy = PySpy(tb.vk.pid, profile_dir / f"churn-{ns}.txt").start() if args.profile else None

@@ -1049,3 +1049,22 @@ if __name__ == "__main__":
         file=sys.stderr,
     )
     sys.exit(2)
+
+
+def watch_reflection(
+    tb: Testbed, ns: str, remote: str, running: FirstSeen, bound: FirstSeen, shadows: FirstSeen,
+    remote_running: FirstSeen,
+) -> list[Future[None]]:  # fmt: skip
+    """The three watches a reflected pod's journey is timed by: local pods (bound, Running), ShadowPods
+    (created) and remote pods (Running)."""
+    return [
+        watch_phase(tb.api("consumer"), tb.loop, f"/api/v1/namespaces/{ns}/pods", running, bound=bound),
+        watch_phase(
+            tb.api("pool"),
+            tb.loop,
+            f"/apis/offloading.liqo.io/v1beta1/namespaces/{remote}/shadowpods",
+            FirstSeen(),
+            added=shadows,
+        ),
+        watch_phase(tb.api("pool"), tb.loop, f"/api/v1/namespaces/{remote}/pods", remote_running),
+    ]
