@@ -468,17 +468,19 @@ class KubeClient:
             data = json.dumps(body, separators=(",", ":")).encode()
         total = self.timeout if timeout is None else timeout
         t0 = time.monotonic()
-        self._inflight[req_session] += 1
         try:
-            async with req_session.request(
-                method,
-                self._creds.server + path,
-                params=_query(params),
-                data=data,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=total, sock_connect=CONNECT_TIMEOUT),
-                **self._conn_kwargs(),
-            ) as resp:
+            async with (
+                self._counted(req_session),
+                req_session.request(
+                    method,
+                    self._creds.server + path,
+                    params=_query(params),
+                    data=data,
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=total, sock_connect=CONNECT_TIMEOUT),
+                    **self._conn_kwargs(),
+                ) as resp,
+            ):
                 raw = await resp.read()
                 status = resp.status
                 http_reason = resp.reason or ""
@@ -486,10 +488,6 @@ class KubeClient:
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.debug("%s %s %s: transport error %s", self.name, method, path, type(exc).__name__)
             raise _transport_error(method, path, exc) from exc
-        finally:
-            self._inflight[req_session] -= 1
-            if self._inflight[req_session] <= 0:
-                del self._inflight[req_session]
         log.debug("%s %s %s -> %d (%.0f ms)", self.name, method, path, status, (time.monotonic() - t0) * 1e3)
         if status >= 400:
             raise _error_from(status, http_reason, raw, retry_after)
@@ -500,6 +498,17 @@ class KubeClient:
         except ValueError:
             raise ApiError(status, "BadResponse", f"{method} {path}: response is not JSON") from None
         return out if isinstance(out, dict) else {"items": out}
+
+    @contextlib.asynccontextmanager
+    async def _counted(self, session: aiohttp.ClientSession) -> AsyncIterator[None]:
+        """Count a request on ``session``: a credential swap closes an old session only once it is idle."""
+        self._inflight[session] += 1
+        try:
+            yield
+        finally:
+            self._inflight[session] -= 1
+            if self._inflight[session] <= 0:
+                del self._inflight[session]
 
     async def ping(self, path: str, timeout: float) -> int:
         """GET ``path`` as a health probe; returns the HTTP status, raises ``TransportError``.
@@ -514,19 +523,17 @@ class KubeClient:
         req_session, _ = self._sessions()
         headers = await self._headers()
         tmo = aiohttp.ClientTimeout(total=None, sock_connect=PING_CONNECT_FACTOR * timeout, sock_read=timeout)
-        self._inflight[req_session] += 1
         try:
-            async with req_session.get(
-                self._creds.server + path, headers=headers, timeout=tmo, **self._conn_kwargs()
-            ) as resp:
+            async with (
+                self._counted(req_session),
+                req_session.get(
+                    self._creds.server + path, headers=headers, timeout=tmo, **self._conn_kwargs()
+                ) as resp,
+            ):
                 await resp.read()
                 return resp.status
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise _transport_error("GET", path, exc) from exc
-        finally:
-            self._inflight[req_session] -= 1
-            if self._inflight[req_session] <= 0:
-                del self._inflight[req_session]
 
     async def watch(
         self,
