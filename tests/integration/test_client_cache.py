@@ -277,6 +277,71 @@ async def test_swap_credentials_keeps_the_cache(
             assert seen.names("DELETED") == []
 
 
+async def test_swap_credentials_ends_every_live_watch_with_a_transport_error(
+    consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs
+) -> None:
+    """Closing an aiohttp session leaves a reader already waiting on it waiting for ever, and one that
+    reads later gets a bare ``RuntimeError("Connection closed.")`` (it once killed vkbridge in CI): the
+    swap must end both kinds of watch with a ``TransportError`` the caches know how to resume from."""
+    ns = fresh_ns(consumer, wait_sa=False)
+    client = KubeClient(load_kubeconfig_file(consumer.admin_kubeconfig), name="swap")
+    async with client:
+        rv = (await client.list(CONFIGMAPS, ns))["metadata"]["resourceVersion"]
+
+        def quiet_watch() -> Any:
+            return client.watch(
+                CONFIGMAPS,
+                ns,
+                resource_version=rv,
+                field_selector="metadata.name=nothing",
+                announce_open=True,
+            )
+
+        async with contextlib.aclosing(quiet_watch()) as idle, contextlib.aclosing(quiet_watch()) as waiting:
+            assert (await anext(idle))["type"] == client_module.WATCH_OPENED  # parked at its yield
+            assert (await anext(waiting))["type"] == client_module.WATCH_OPENED
+            reader = asyncio.create_task(anext(waiting))  # blocked reading the quiet stream
+            await asyncio.sleep(0.2)
+            assert not reader.done()
+
+            await client.swap_credentials(load_kubeconfig_file(consumer.admin_kubeconfig))
+
+            async with asyncio.timeout(5):
+                with pytest.raises(TransportError, match="credentials swapped"):
+                    await reader
+            with pytest.raises(TransportError, match="credentials swapped"):
+                await anext(idle)
+        assert client._live_streams == set()  # nothing kept for the streams that ended
+
+
+async def test_cache_survives_an_unexpected_error_and_relists(
+    consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in one cache (here: its projection raises once) is logged with its traceback and the cache
+    starts over; it must not end the process's TaskGroup."""
+    ns = fresh_ns(consumer, wait_sa=False)
+    await admin.create(CONFIGMAPS, cm(ns, "first"))
+    failures = []
+
+    def project(obj: Obj) -> Obj:
+        if not failures:
+            failures.append(obj["metadata"]["name"])
+            raise KeyError("a projection bug")
+        return obj
+
+    cache = Cache(admin, CONFIGMAPS, ns, name="buggy-cache", backoff_base=0.05, project=project)
+    seen = Seen()
+    cache.subscribe(seen)
+    with caplog.at_level("ERROR", logger="vkbridge"):
+        async with running(cache) as task:
+            assert f"{ns}/first" in cache.keys()
+            await admin.create(CONFIGMAPS, cm(ns, "second"))
+            await seen.wait(lambda: "second" in seen.names("ADDED"), timeout=10)
+            assert not task.done()
+    assert failures and any("buggy-cache: unexpected error" in r.getMessage() for r in caplog.records)
+    assert any(r.exc_info for r in caplog.records if "unexpected error" in r.getMessage())
+
+
 async def test_token_file_is_reread(
     consumer: ControlPlane,
     admin: KubeClient,

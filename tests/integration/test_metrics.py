@@ -46,24 +46,37 @@ def test_metrics_after_a_burst(
     with urllib.request.urlopen(f"http://127.0.0.1:{vkbridge.opts.metrics_port}/healthz", timeout=5) as resp:
         assert resp.status == 200
 
-    def gauges_refreshed() -> str | None:
-        text = scrape(vkbridge)
-        return text if value(text, "vkbridge_grant_used_resources", resource="pods") >= len(names) else None
-
-    text = wait_until(gauges_refreshed, 15, "the grant gauges to count the burst")
     labels = {
         "namespace": ns,
         "reflector_resource": "Pod",
         "cluster_id": bundle.slug,
         "node_name": bundle.slug,
     }
-    assert value(text, "liqo_virtual_kubelet_reflection_item_counter", **labels) >= len(names)
-    assert value(text, "vkbridge_reflection_latency_seconds_count", direction="outbound") >= len(names)
-    assert value(text, "vkbridge_reflection_latency_seconds_count", direction="inbound") >= len(names)
+    counts = {  # each counts the burst once it is reflected; some are refreshed by a periodic loop
+        "reflected items": lambda t: value(t, "liqo_virtual_kubelet_reflection_item_counter", **labels),
+        "outbound latencies": lambda t: value(
+            t, "vkbridge_reflection_latency_seconds_count", direction="outbound"
+        ),
+        "inbound latencies": lambda t: value(
+            t, "vkbridge_reflection_latency_seconds_count", direction="inbound"
+        ),
+        "grant pods used": lambda t: value(t, "vkbridge_grant_used_resources", resource="pods"),
+        "reflected pods": lambda t: value(t, "vkbridge_reflected_pods"),
+    }
+    last: dict[str, float] = {}
+
+    def all_counted() -> str | None:
+        text = scrape(vkbridge)
+        last.update({what: count(text) for what, count in counts.items()})
+        return text if all(v >= len(names) for v in last.values()) else None
+
+    try:
+        text = wait_until(all_counted, 30, "every metric to count the burst")
+    except TimeoutError as exc:
+        raise AssertionError(f"metrics short of {len(names)} pods: {last}") from exc
     assert value(text, "vkbridge_pool_reachable", state="Connected") == 1
     assert value(text, "vkbridge_pool_reachable", state="Lost") == 0
     assert value(text, "vkbridge_grant_resources", resource="cpu") > 0
     assert value(text, "vkbridge_workqueue_depth", queue="pods") >= 0
     days = value(text, "vkbridge_client_certificate_expiry_seconds") / 86400
     assert 300 < days < 366, f"certificate expiry {days:.0f} days"
-    assert value(text, "vkbridge_reflected_pods") >= len(names)

@@ -230,6 +230,13 @@ class Cache:
                         continue
                     self._set_state("backoff", f"{exc}; retrying with backoff up to {self.backoff_cap:.0f} s")
                     await self.client.pause(backoff.next())
+                except Exception:
+                    # A bug (ours or a library's) must not take the whole node down with this one cache:
+                    # say it loudly, with its traceback, then start over from a fresh list.
+                    log.exception("%s: unexpected error; re-listing with backoff", self.name)
+                    self._set_state("backoff", "unexpected error (traceback above)")
+                    need_list = True
+                    await self.client.pause(backoff.next())
         finally:
             self._set_state("idle")
 

@@ -292,6 +292,16 @@ def _error_from(status: int, http_reason: str, raw: bytes, retry_after: str | No
     return ApiError(status, reason, message, body, retry_after=ra)
 
 
+class _SessionClosed(aiohttp.ClientConnectionError):
+    """The stream's session was closed by a credential swap (aiohttp itself would leave a reader waiting)."""
+
+
+def _closed_connection(exc: RuntimeError) -> bool:
+    """aiohttp raises a bare ``RuntimeError("Connection closed.")`` when a body is read after its session
+    closed the connection: that is a transport failure, not a bug, and must not escape as one."""
+    return "Connection closed" in str(exc)
+
+
 def _transport_error(method: str, path: str, exc: BaseException) -> TransportError:
     fatal = isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError)
     detail = str(exc) or type(exc).__name__
@@ -329,6 +339,7 @@ class KubeClient:
         self._token_read_at = time.monotonic()
         self._closed = False
         self._inflight: Counter[aiohttp.ClientSession] = Counter()
+        self._live_streams: set[aiohttp.ClientResponse] = set()
         self._draining: set[asyncio.Task[None]] = set()
 
     # -- lifecycle
@@ -386,6 +397,12 @@ class KubeClient:
         self.generation += 1
         log.info("%s client: credentials swapped to %r", self.name, creds)
         if old_watch is not None:
+            # Closing a session leaves a reader already waiting on its connection waiting forever, and one
+            # that reads later gets a bare RuntimeError: end every live stream with a transport error first.
+            # (No await since the sessions were replaced: every live stream is on the old one.)
+            live, self._live_streams = self._live_streams, set()
+            for resp in live:
+                resp.content.set_exception(_SessionClosed("credentials swapped"))
             await old_watch.close()
         if old_req is not None:
             # Requests already on the wire finish on their connections (authenticated with a still
@@ -488,6 +505,10 @@ class KubeClient:
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.debug("%s %s %s: transport error %s", self.name, method, path, type(exc).__name__)
             raise _transport_error(method, path, exc) from exc
+        except RuntimeError as exc:
+            if not _closed_connection(exc):
+                raise
+            raise _transport_error(method, path, exc) from exc
         log.debug("%s %s %s -> %d (%.0f ms)", self.name, method, path, status, (time.monotonic() - t0) * 1e3)
         if status >= 400:
             raise _error_from(status, http_reason, raw, retry_after)
@@ -533,6 +554,10 @@ class KubeClient:
                 await resp.read()
                 return resp.status
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise _transport_error("GET", path, exc) from exc
+        except RuntimeError as exc:
+            if not _closed_connection(exc):
+                raise
             raise _transport_error("GET", path, exc) from exc
 
     async def watch(
@@ -582,19 +607,27 @@ class KubeClient:
                 if resp.status != 200:
                     raw = await resp.content.read(_ERROR_BODY_LIMIT)
                     raise _error_from(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
-                if announce_open:
-                    yield {"type": WATCH_OPENED}
-                buf = bytearray()
-                async for chunk in resp.content.iter_any():
-                    buf += chunk
-                    while (nl := buf.find(b"\n")) >= 0:
-                        line = bytes(buf[:nl])
-                        del buf[: nl + 1]
-                        if line.strip():
-                            yield _watch_event(line)
-                if buf.strip():
-                    yield _watch_event(bytes(buf))
+                self._live_streams.add(resp)
+                try:
+                    if announce_open:
+                        yield {"type": WATCH_OPENED}
+                    buf = bytearray()
+                    async for chunk in resp.content.iter_any():
+                        buf += chunk
+                        while (nl := buf.find(b"\n")) >= 0:
+                            line = bytes(buf[:nl])
+                            del buf[: nl + 1]
+                            if line.strip():
+                                yield _watch_event(line)
+                    if buf.strip():
+                        yield _watch_event(bytes(buf))
+                finally:
+                    self._live_streams.discard(resp)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise _transport_error("WATCH", path, exc) from exc
+        except RuntimeError as exc:
+            if not _closed_connection(exc):
+                raise
             raise _transport_error("WATCH", path, exc) from exc
 
     @contextlib.asynccontextmanager
@@ -622,12 +655,14 @@ class KubeClient:
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise _transport_error(method, path, exc) from exc
+        self._live_streams.add(resp)
         try:
             if resp.status >= 400:
                 raw = await resp.content.read(_ERROR_BODY_LIMIT)
                 raise _error_from(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
             yield resp
         finally:
+            self._live_streams.discard(resp)
             resp.close()  # a stream is rarely read to the end: never return its connection to the pool
 
     # -- conveniences

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final
 
+import aiohttp
 from aiohttp import web
 
 from vkbridge.kube.client import PODS, ApiError, KubeClient
@@ -279,8 +280,12 @@ class KubeletServer:
                 try:
                     async for chunk in upstream.content.iter_any():
                         await resp.write(chunk)
-                except (ConnectionError, TimeoutError, OSError) as exc:
-                    log.info("log stream ended early", pod=f"{ns}/{pod}", reason=type(exc).__name__)
+                except (aiohttp.ClientError, TimeoutError, OSError, RuntimeError) as exc:
+                    # RuntimeError: aiohttp's "Connection closed." once the pool session was closed
+                    if isinstance(exc, RuntimeError) and "Connection closed" not in str(exc):
+                        raise
+                    reason = f"{type(exc).__name__}: {exc}"
+                    log.info("log stream ended early", pod=f"{ns}/{pod}", reason=reason)
                     return resp
                 await resp.write_eof()
                 return resp
