@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import tracemalloc
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
@@ -364,3 +366,28 @@ async def test_compact_cache_reads_equal_private_copies_and_diffs_relists() -> N
     assert rec.events[-2:] == [("DELETED", "a@20", None), ("ADDED", None, "b@25")]
     assert cache.keys() == ["ns/b"]
     await stop(task)
+
+
+async def test_compact_cache_holds_about_the_json_size_of_each_object() -> None:
+    """orjson hands back its grown write buffer (4-32 KB for a 2 KB pod); the cache must keep only the
+    bytes of the object, or its memory per pod is several times what the figures promise."""
+    fake = FakeClient()
+    client: Any = fake
+    cache = Cache(client, CONFIGMAPS, "ns", name="compact", inactivity_timeout=5.0, compact=True)
+    objects = [obj(f"o{i:04d}", str(100 + i), k="v" * 2100) for i in range(300)]
+    fake.list_results = [page("10")]
+    task = await start(cache)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for o in objects:
+            fake.feed.put_nowait(ev("ADDED", o))
+        await until(lambda: len(cache) == len(objects))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    await stop(task)
+    json_bytes = sum(len(json.dumps(o, separators=(",", ":"))) for o in objects)
+    assert held < 1.3 * json_bytes, (
+        f"{held / len(objects):.0f} bytes held per object of ~{json_bytes / 300:.0f}"
+    )
