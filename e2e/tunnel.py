@@ -243,11 +243,13 @@ class TunnelProxy:
             self._mode = _Mode.REFUSE
         self._in_loop(self._reset_all_now)
 
-    def restore(self) -> None:
-        """Forward normally again; black-holed connections are reset so that clients retry."""
+    def restore(self, *, reset_blackholed: bool = True) -> None:
+        """Forward new connections normally again. Black-holed connections are reset so that clients
+        retry, or with ``reset_blackholed=False`` stay hung for ever, as behind a NAT that forgot them."""
         with self._lock:
             self._mode = _Mode.FORWARD
-        self._in_loop(self._reset_blackholed_now)
+        if reset_blackholed:
+            self._in_loop(self._reset_blackholed_now)
 
     def cut_every(self, min_s: float | None, max_s: float | None = None) -> None:
         """Reset each connection after a random lifetime in [min_s, max_s]; ``None`` disables.

@@ -209,8 +209,7 @@ class VirtualKubelet:
             pool, self.reach, interval=s.node_ping_interval, timeout=s.node_ping_timeout,
             metrics=self.metrics,
         )  # fmt: skip
-        # Back from an outage: pool watches in backoff retry now, not at their (up to 30 s) next attempt.
-        self.reach.subscribe(lambda _old, new: pool.nudge() if new is PoolState.CONNECTED else None)
+        self.reach.subscribe(lambda _old, new: _follow_the_pool(pool, new))
 
         def offloading_patch() -> Mapping[str, Any] | None:
             vn = vn_cache.get(vn_key)
@@ -380,3 +379,15 @@ def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
     for exc in group.exceptions:
         out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
     return out
+
+
+def _follow_the_pool(pool: KubeClient, state: PoolState) -> None:
+    """Lost: free the workers and watches stuck on dead connections now (a request would hold its worker
+    for its 60 s timeout, a watch stay silent until its cache's inactivity timeout), so a pool back within
+    a minute is re-synced at once. Back: pool watches in backoff retry now, not at their next attempt."""
+    if state is PoolState.LOST:
+        ended = pool.abandon_inflight("the pool stopped answering pings")
+        if ended:
+            log.info("pool lost: ended requests and watches waiting on it", count=ended)
+    elif state is PoolState.CONNECTED:
+        pool.nudge()

@@ -18,6 +18,7 @@ from cryptography.x509.oid import NameOID
 
 from e2e.controlplane import ControlPlane
 from e2e.fixtures_planes import FreshNs
+from e2e.tunnel import TunnelProxy
 from vkbridge.kube import client as client_module
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import (
@@ -312,6 +313,44 @@ async def test_swap_credentials_ends_every_live_watch_with_a_transport_error(
             with pytest.raises(TransportError, match="credentials swapped"):
                 await anext(idle)
         assert client._live_streams == set()  # nothing kept for the streams that ended
+
+
+async def test_abandon_inflight_frees_a_request_and_a_watch_stuck_on_a_dead_connection(
+    consumer: ControlPlane, fresh_ns: FreshNs
+) -> None:
+    """When the pool is declared lost, a request on a black-holed connection must not hold its worker for
+    the 60 s request timeout, nor a watch stay silent until its cache's inactivity timeout; and once the
+    tunnel forwards again, no request may pick a dead kept-alive connection from before."""
+    ns = fresh_ns(consumer, wait_sa=False)
+    proxy = TunnelProxy("127.0.0.1", consumer.port)
+    proxy.start()
+    try:
+        creds = dataclasses.replace(load_kubeconfig_file(consumer.admin_kubeconfig), server=proxy.url)
+        async with KubeClient(creds, name="pool") as client:
+            lists = await asyncio.gather(*(client.list(CONFIGMAPS, ns) for _ in range(3)))
+            assert proxy.open_connections >= 2  # kept alive: one will carry the request, others stay idle
+            rv = lists[0]["metadata"]["resourceVersion"]
+            watch = client.watch(CONFIGMAPS, ns, resource_version=rv, announce_open=True)
+            async with contextlib.aclosing(watch):
+                assert (await anext(watch))["type"] == client_module.WATCH_OPENED
+                watcher = asyncio.create_task(anext(watch))
+                proxy.blackhole()
+                request = asyncio.create_task(client.get(CONFIGMAPS, "anything", ns))
+                await asyncio.sleep(1.0)
+                assert not request.done() and not watcher.done()  # both stuck on dead connections
+
+                assert client.abandon_inflight("the pool stopped answering pings") == 2
+                async with asyncio.timeout(2):
+                    with pytest.raises(TransportError, match="abandoned: the pool stopped answering pings"):
+                        await request
+                    with pytest.raises(TransportError, match="the pool stopped answering pings"):
+                        await watcher
+            assert client.abandon_inflight("nothing left") == 0
+            proxy.restore(reset_blackholed=False)  # the old connections stay dead, as behind a NAT
+            async with asyncio.timeout(5):
+                await client.list(CONFIGMAPS, ns)
+    finally:
+        proxy.stop()
 
 
 async def test_cache_survives_an_unexpected_error_and_relists(

@@ -292,8 +292,19 @@ def _error_from(status: int, http_reason: str, raw: bytes, retry_after: str | No
     return ApiError(status, reason, message, body, retry_after=ra)
 
 
-class _SessionClosed(aiohttp.ClientConnectionError):
-    """The stream's session was closed by a credential swap (aiohttp itself would leave a reader waiting)."""
+class _StreamEnded(aiohttp.ClientConnectionError):
+    """We ended a live stream ourselves (credential swap, server lost): aiohttp would leave its reader
+    waiting on a closed or dead connection."""
+
+
+class _Flight:
+    """One request on the wire, which ``KubeClient.abandon_inflight`` can end before its timeout."""
+
+    __slots__ = ("abandoned", "deadline")
+
+    def __init__(self) -> None:
+        self.deadline: asyncio.Timeout | None = None
+        self.abandoned: str | None = None
 
 
 def _closed_connection(exc: RuntimeError) -> bool:
@@ -302,7 +313,11 @@ def _closed_connection(exc: RuntimeError) -> bool:
     return "Connection closed" in str(exc)
 
 
-def _transport_error(method: str, path: str, exc: BaseException) -> TransportError:
+def _transport_error(
+    method: str, path: str, exc: BaseException, flight: _Flight | None = None
+) -> TransportError:
+    if flight is not None and flight.abandoned is not None:
+        return TransportError(f"{method} {path}: abandoned: {flight.abandoned}"[:500])
     fatal = isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError)
     detail = str(exc) or type(exc).__name__
     return TransportError(f"{method} {path}: {type(exc).__name__}: {detail}"[:500], transient=not fatal)
@@ -340,6 +355,7 @@ class KubeClient:
         self._closed = False
         self._inflight: Counter[aiohttp.ClientSession] = Counter()
         self._live_streams: set[aiohttp.ClientResponse] = set()
+        self._flights: set[_Flight] = set()
         self._draining: set[asyncio.Task[None]] = set()
 
     # -- lifecycle
@@ -400,9 +416,7 @@ class KubeClient:
             # Closing a session leaves a reader already waiting on its connection waiting forever, and one
             # that reads later gets a bare RuntimeError: end every live stream with a transport error first.
             # (No await since the sessions were replaced: every live stream is on the old one.)
-            live, self._live_streams = self._live_streams, set()
-            for resp in live:
-                resp.content.set_exception(_SessionClosed("credentials swapped"))
+            self._end_live_streams("credentials swapped")
             await old_watch.close()
         if old_req is not None:
             # Requests already on the wire finish on their connections (authenticated with a still
@@ -420,6 +434,38 @@ class KubeClient:
                 await asyncio.sleep(0.05)
         finally:
             await session.close()
+
+    def abandon_inflight(self, reason: str) -> int:
+        """End every request and stream on the wire now with a ``TransportError`` naming ``reason``, and
+        drop every pooled connection.
+
+        For a server that stopped answering (the pinger declared the pool lost): a request on a dead
+        connection would hold its worker for its whole timeout (60 s) and a watch would stay silent until
+        its cache's inactivity timeout, so a pool back within a minute would find workers still waiting
+        and caches stale. Returns how many requests and streams were ended.
+        """
+        loop = asyncio.get_running_loop()
+        flights = [f for f in self._flights if f.abandoned is None and f.deadline is not None]
+        for flight in flights:
+            flight.abandoned = reason
+            assert flight.deadline is not None
+            flight.deadline.reschedule(loop.time())
+        ended = len(flights) + self._end_live_streams(reason)
+        # The idle kept-alive connections are as dead as the busy ones: a request reusing one after the
+        # server is back would wait for its timeout. Later requests open new ones on new sessions.
+        old = [x for x in (self._req, self._watch) if x is not None]
+        self._req = self._watch = None
+        for session in old:  # at once, as soon as the abandoned requests have unwound
+            task = loop.create_task(self._close_when_idle(session))
+            self._draining.add(task)
+            task.add_done_callback(self._draining.discard)
+        return ended
+
+    def _end_live_streams(self, reason: str) -> int:
+        live, self._live_streams = self._live_streams, set()
+        for resp in live:
+            resp.content.set_exception(_StreamEnded(reason))
+        return len(live)
 
     def _sessions(self) -> tuple[aiohttp.ClientSession, aiohttp.ClientSession]:
         if self._closed:
@@ -485,9 +531,10 @@ class KubeClient:
             data = json.dumps(body, separators=(",", ":")).encode()
         total = self.timeout if timeout is None else timeout
         t0 = time.monotonic()
+        flight = _Flight()
         try:
             async with (
-                self._counted(req_session),
+                self._counted(req_session, flight),
                 req_session.request(
                     method,
                     self._creds.server + path,
@@ -504,11 +551,11 @@ class KubeClient:
                 retry_after = resp.headers.get("Retry-After")
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.debug("%s %s %s: transport error %s", self.name, method, path, type(exc).__name__)
-            raise _transport_error(method, path, exc) from exc
+            raise _transport_error(method, path, exc, flight) from exc
         except RuntimeError as exc:
             if not _closed_connection(exc):
                 raise
-            raise _transport_error(method, path, exc) from exc
+            raise _transport_error(method, path, exc, flight) from exc
         log.debug("%s %s %s -> %d (%.0f ms)", self.name, method, path, status, (time.monotonic() - t0) * 1e3)
         if status >= 400:
             raise _error_from(status, http_reason, raw, retry_after)
@@ -521,12 +568,17 @@ class KubeClient:
         return out if isinstance(out, dict) else {"items": out}
 
     @contextlib.asynccontextmanager
-    async def _counted(self, session: aiohttp.ClientSession) -> AsyncIterator[None]:
-        """Count a request on ``session``: a credential swap closes an old session only once it is idle."""
+    async def _counted(self, session: aiohttp.ClientSession, flight: _Flight) -> AsyncIterator[None]:
+        """Count a request on ``session`` (a credential swap closes an old session only once it is idle)
+        and make it abandonable: ``abandon_inflight`` expires its deadline, which raises TimeoutError."""
         self._inflight[session] += 1
+        self._flights.add(flight)
         try:
-            yield
+            async with asyncio.timeout(None) as deadline:
+                flight.deadline = deadline
+                yield
         finally:
+            self._flights.discard(flight)
             self._inflight[session] -= 1
             if self._inflight[session] <= 0:
                 del self._inflight[session]
@@ -544,9 +596,10 @@ class KubeClient:
         req_session, _ = self._sessions()
         headers = await self._headers()
         tmo = aiohttp.ClientTimeout(total=None, sock_connect=PING_CONNECT_FACTOR * timeout, sock_read=timeout)
+        flight = _Flight()
         try:
             async with (
-                self._counted(req_session),
+                self._counted(req_session, flight),
                 req_session.get(
                     self._creds.server + path, headers=headers, timeout=tmo, **self._conn_kwargs()
                 ) as resp,
@@ -554,11 +607,11 @@ class KubeClient:
                 await resp.read()
                 return resp.status
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise _transport_error("GET", path, exc) from exc
+            raise _transport_error("GET", path, exc, flight) from exc
         except RuntimeError as exc:
             if not _closed_connection(exc):
                 raise
-            raise _transport_error("GET", path, exc) from exc
+            raise _transport_error("GET", path, exc, flight) from exc
 
     async def watch(
         self,
