@@ -384,10 +384,16 @@ def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
 def _follow_the_pool(pool: KubeClient, state: PoolState) -> None:
     """Lost: free the workers and watches stuck on dead connections now (a request would hold its worker
     for its 60 s timeout, a watch stay silent until its cache's inactivity timeout), so a pool back within
-    a minute is re-synced at once. Back: pool watches in backoff retry now, not at their next attempt."""
+    a minute is re-synced at once. Back: restart what began meanwhile, and pool watches in backoff retry
+    now, not at their next attempt."""
     if state is PoolState.LOST:
         ended = pool.abandon_inflight("the pool stopped answering pings")
         if ended:
             log.info("pool lost: ended requests and watches waiting on it", count=ended)
     elif state is PoolState.CONNECTED:
+        # Attempts made while it was lost wait on connections into the void (up to the 15 s connect
+        # timeout): start them again now.
+        ended = pool.abandon_inflight("started while the pool was lost", streams=False, connections=False)
+        if ended:
+            log.info("pool back: restarted requests and watches begun while it was lost", count=ended)
         pool.nudge()

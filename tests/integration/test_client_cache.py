@@ -346,9 +346,27 @@ async def test_abandon_inflight_frees_a_request_and_a_watch_stuck_on_a_dead_conn
                     with pytest.raises(TransportError, match="the pool stopped answering pings"):
                         await watcher
             assert client.abandon_inflight("nothing left") == 0
-            proxy.restore(reset_blackholed=False)  # the old connections stay dead, as behind a NAT
+
+            # A watch opened while the pool is lost hangs on a connection into the void; once the pool
+            # answers again, the attempts of the outage are restarted, and the old connections stay dead.
+            def new_watch() -> Any:
+                return client.watch(CONFIGMAPS, ns, resource_version=rv, announce_open=True)
+
+            opening = asyncio.create_task(anext(new_watch()))
+            await asyncio.sleep(1.0)
+            assert not opening.done()
+            proxy.restore(reset_blackholed=False)  # as behind a NAT that forgot them
+            assert (
+                client.abandon_inflight("started while the pool was lost", streams=False, connections=False)
+                == 1
+            )
+            with pytest.raises(TransportError, match="abandoned: started while the pool was lost") as err:
+                await opening
+            assert err.value.abandoned
             async with asyncio.timeout(5):
                 await client.list(CONFIGMAPS, ns)
+                async with contextlib.aclosing(new_watch()) as again:
+                    assert (await anext(again))["type"] == client_module.WATCH_OPENED
     finally:
         proxy.stop()
 

@@ -58,6 +58,7 @@ def test_short_loss_with_dead_connections_resyncs_within_10s(
         tunnel.restore(reset_blackholed=False)  # the connections of before stay hung for ever
     t_back = time.monotonic()
     outage_lines = log_lines_since(vkbridge, mark)
+    back_mark = len(vkbridge.log_text())
 
     def pending() -> dict[str, list[str]]:
         local, sps = local_pods(consumer, ns), shadowpods(pool, remote)
@@ -74,6 +75,9 @@ def test_short_loss_with_dead_connections_resyncs_within_10s(
                 resynced if resynced is not None else "never (90 s)", "s")  # fmt: skip
     ended = [ln for ln in outage_lines if "ended requests and watches" in ln]
     figures.add("abandon log line", ended[0][:160] if ended else "none")
+
+    for line in log_lines_since(vkbridge, back_mark)[:40]:
+        print("   after the tunnel is back:", line[:220])
 
     assert ended, "vkbridge did not end the requests and watches stuck on the lost pool"
     assert resynced is not None and resynced <= RESYNC_TARGET_S, (

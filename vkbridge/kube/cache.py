@@ -228,6 +228,11 @@ class Cache:
                             "%s: credentials swapped; resuming at rv %s", self.name, self.resource_version
                         )
                         continue
+                    if isinstance(exc, TransportError) and exc.abandoned:
+                        # ended by the client as the server was lost or came back: try again at once (an
+                        # attempt into a lost server fails on its own, and that one backs off)
+                        log.debug("%s: %s; retrying at once", self.name, exc)
+                        continue
                     self._set_state("backoff", f"{exc}; retrying with backoff up to {self.backoff_cap:.0f} s")
                     await self.client.pause(backoff.next())
                 except Exception:

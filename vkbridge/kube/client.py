@@ -135,9 +135,10 @@ class ApiError(Exception):
 class TransportError(ApiError):
     """No HTTP answer: connection refused/reset, TLS failure, timeout, session closed by a swap."""
 
-    def __init__(self, message: str, *, transient: bool = True) -> None:
+    def __init__(self, message: str, *, transient: bool = True, abandoned: bool = False) -> None:
         super().__init__(0, "TransportError", message)
         self._transient = transient
+        self.abandoned = abandoned  # ended by us (KubeClient.abandon_inflight), not by the network
 
     def __str__(self) -> str:
         return f"transport error: {self.message[:300]}"
@@ -317,7 +318,9 @@ def _transport_error(
     method: str, path: str, exc: BaseException, flight: _Flight | None = None
 ) -> TransportError:
     if flight is not None and flight.abandoned is not None:
-        return TransportError(f"{method} {path}: abandoned: {flight.abandoned}"[:500])
+        return TransportError(f"{method} {path}: abandoned: {flight.abandoned}"[:500], abandoned=True)
+    if isinstance(exc, _StreamEnded):
+        return TransportError(f"{method} {path}: ended: {exc}"[:500], abandoned=True)
     fatal = isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError)
     detail = str(exc) or type(exc).__name__
     return TransportError(f"{method} {path}: {type(exc).__name__}: {detail}"[:500], transient=not fatal)
@@ -435,14 +438,16 @@ class KubeClient:
         finally:
             await session.close()
 
-    def abandon_inflight(self, reason: str) -> int:
+    def abandon_inflight(self, reason: str, *, streams: bool = True, connections: bool = True) -> int:
         """End every request and stream on the wire now with a ``TransportError`` naming ``reason``, and
         drop every pooled connection.
 
         For a server that stopped answering (the pinger declared the pool lost): a request on a dead
         connection would hold its worker for its whole timeout (60 s) and a watch would stay silent until
         its cache's inactivity timeout, so a pool back within a minute would find workers still waiting
-        and caches stale. Returns how many requests and streams were ended.
+        and caches stale. When it answers again, the requests and watch openings started meanwhile are
+        stuck on connections made into the void: ``streams=False, connections=False`` ends just those.
+        Returns how many requests and streams were ended.
         """
         loop = asyncio.get_running_loop()
         flights = [f for f in self._flights if f.abandoned is None and f.deadline is not None]
@@ -450,7 +455,9 @@ class KubeClient:
             flight.abandoned = reason
             assert flight.deadline is not None
             flight.deadline.reschedule(loop.time())
-        ended = len(flights) + self._end_live_streams(reason)
+        ended = len(flights) + (self._end_live_streams(reason) if streams else 0)
+        if not connections:
+            return ended
         # The idle kept-alive connections are as dead as the busy ones: a request reusing one after the
         # server is back would wait for its timeout. Later requests open new ones on new sessions.
         old = [x for x in (self._req, self._watch) if x is not None]
@@ -649,14 +656,17 @@ class KubeClient:
         tmo = aiohttp.ClientTimeout(
             total=None, sock_connect=CONNECT_TIMEOUT, sock_read=timeout_seconds + WATCH_READ_SLACK
         )
+        flight = _Flight()  # abandonable while it opens; once open, a live stream
         try:
-            async with watch_session.get(
-                self._creds.server + path,
-                params=_query(params),
-                headers=headers,
-                timeout=tmo,
-                **self._conn_kwargs(),
-            ) as resp:
+            async with self._counted(watch_session, flight):
+                resp = await watch_session.get(
+                    self._creds.server + path,
+                    params=_query(params),
+                    headers=headers,
+                    timeout=tmo,
+                    **self._conn_kwargs(),
+                )
+            async with resp:
                 if resp.status != 200:
                     raw = await resp.content.read(_ERROR_BODY_LIMIT)
                     raise _error_from(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
@@ -677,11 +687,11 @@ class KubeClient:
                 finally:
                     self._live_streams.discard(resp)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise _transport_error("WATCH", path, exc) from exc
+            raise _transport_error("WATCH", path, exc, flight) from exc
         except RuntimeError as exc:
             if not _closed_connection(exc):
                 raise
-            raise _transport_error("WATCH", path, exc) from exc
+            raise _transport_error("WATCH", path, exc, flight) from exc
 
     @contextlib.asynccontextmanager
     async def stream(
