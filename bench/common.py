@@ -807,8 +807,22 @@ class Testbed:
 
     def stop(self) -> None:
         if self.opts.keep:
-            say(f"keeping the testbed in {self.work} (kubeconfigs: admin.kubeconfig in each plane dir)")
-            return
+            # The planes stop with this process (atexit) and the emulator and vkbridge need them, so
+            # "keep" means: stay up until interrupted, then tear down as usual (leaving nothing behind).
+            planes = [getattr(self, n, None) for n in ("consumer", "pool")]
+            dirs = ", ".join(str(p.base_dir) for p in planes if p is not None)
+            say(f"testbed kept for inspection; admin.kubeconfig in {dirs}; Ctrl-C to tear it down")
+
+            def interrupt(_sig: int, _frame: object) -> None:
+                raise KeyboardInterrupt
+
+            previous = signal.signal(signal.SIGTERM, interrupt)  # `kill` too tears it down cleanly
+            try:
+                with contextlib.suppress(KeyboardInterrupt):
+                    while True:
+                        time.sleep(3600)
+            finally:
+                signal.signal(signal.SIGTERM, previous)
         with contextlib.suppress(Exception):
             self.loop.run(self._close_apis(), timeout=10)
         self.loop.close()
@@ -995,7 +1009,9 @@ def nodes_for(pods: int) -> int:
 
 def common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", type=Path, default=None, help="where the planes live (default: $TMPDIR)")
-    p.add_argument("--keep", action="store_true", help="leave the testbed running at the end")
+    p.add_argument(
+        "--keep", action="store_true", help="at the end, keep the testbed up until Ctrl-C (to inspect it)"
+    )
     p.add_argument("--profile", action="store_true", help="py-spy record vkbridge during the measurement")
     p.add_argument(
         "--vk-arg",
