@@ -68,10 +68,25 @@ class PodInfo:
     remote_running_seen: float | None = None
     running_logged: bool = False
     pending_change_since: float | None = None
+    # (local resourceVersion written over, status written) until the cache shows the write: a handle run
+    # by a pool event before our own write comes back must not write the same status again
+    status_written: tuple[str, dict[str, Any]] | None = None
     metadata_sig: tuple[Any, ...] | None = None
     waiting_message: str | None = None
     config_message: str | None = None
     hinted_no_requests: bool = False
+
+
+def already_written(info: PodInfo, local_rv: str, new: Mapping[str, Any]) -> bool:
+    """True if ``new`` is the status we last wrote and the cached local pod predates that write (its
+    resourceVersion is the one we wrote over). Forgets the write once the cache has moved past it."""
+    if info.status_written is None:
+        return False
+    over_rv, written = info.status_written
+    if local_rv != over_rv:
+        info.status_written = None
+        return False
+    return status_equal(written, dict(new))
 
 
 class PodReflector:
@@ -351,6 +366,8 @@ class PodReflector:
             disable_ip_reflection=self.ctx.disable_ip_reflection,
             remote_unavailable=fp.has_remote_unavailable_label(local),
         )
+        if already_written(info, fp.meta(local).get("resourceVersion") or "", new):
+            return None
         labelled = fp.labels_of(local).get(c.LOCAL_POD_LABEL) == c.LOCAL_POD_LABEL_VALUE
         if status_equal(dict(fp.status_of(local)), new) and labelled:
             info.pending_change_since = None
@@ -364,6 +381,7 @@ class PodReflector:
                 return RequeueAfter(wait)
         info.pending_change_since = None
         await self._write_status(key, local, new)
+        info.status_written = (fp.meta(local).get("resourceVersion") or "", new)
         if new.get("phase") in ("Succeeded", "Failed"):
             self._release(key)
             log.info("pod finished on the pool", pod=key, phase=new.get("phase"))
