@@ -366,7 +366,8 @@ class PodReflector:
             disable_ip_reflection=self.ctx.disable_ip_reflection,
             remote_unavailable=fp.has_remote_unavailable_label(local),
         )
-        if already_written(info, fp.meta(local).get("resourceVersion") or "", new):
+        local_rv = fp.meta(local).get("resourceVersion") or ""
+        if already_written(info, local_rv, new):
             return None
         labelled = fp.labels_of(local).get(c.LOCAL_POD_LABEL) == c.LOCAL_POD_LABEL_VALUE
         if status_equal(dict(fp.status_of(local)), new) and labelled:
@@ -381,7 +382,7 @@ class PodReflector:
                 return RequeueAfter(wait)
         info.pending_change_since = None
         await self._write_status(key, local, new)
-        info.status_written = (fp.meta(local).get("resourceVersion") or "", new)
+        info.status_written = (local_rv, new)
         if new.get("phase") in ("Succeeded", "Failed"):
             self._release(key)
             log.info("pod finished on the pool", pod=key, phase=new.get("phase"))

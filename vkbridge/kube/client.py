@@ -308,10 +308,13 @@ class _Flight:
         self.abandoned: str | None = None
 
 
-def _closed_connection(exc: RuntimeError) -> bool:
-    """aiohttp raises a bare ``RuntimeError("Connection closed.")`` when a body is read after its session
-    closed the connection: that is a transport failure, not a bug, and must not escape as one."""
-    return "Connection closed" in str(exc)
+def is_transport_failure(exc: BaseException) -> bool:
+    """What the network (or a session we closed) did to a request, as opposed to a bug: aiohttp's errors,
+    timeouts, OS errors, and the bare ``RuntimeError("Connection closed.")`` aiohttp raises when a body
+    is read after its session closed the connection."""
+    if isinstance(exc, RuntimeError):
+        return "Connection closed" in str(exc)
+    return isinstance(exc, aiohttp.ClientError | TimeoutError | OSError)
 
 
 def _transport_error(
@@ -450,10 +453,10 @@ class KubeClient:
         Returns how many requests and streams were ended.
         """
         loop = asyncio.get_running_loop()
-        flights = [f for f in self._flights if f.abandoned is None and f.deadline is not None]
+        flights = [f for f in self._flights if f.abandoned is None]
         for flight in flights:
             flight.abandoned = reason
-            assert flight.deadline is not None
+            assert flight.deadline is not None  # set before the flight is registered
             flight.deadline.reschedule(loop.time())
         ended = len(flights) + (self._end_live_streams(reason) if streams else 0)
         if not connections:
@@ -541,7 +544,7 @@ class KubeClient:
         flight = _Flight()
         try:
             async with (
-                self._counted(req_session, flight),
+                self._in_flight(req_session, flight),
                 req_session.request(
                     method,
                     self._creds.server + path,
@@ -556,12 +559,10 @@ class KubeClient:
                 status = resp.status
                 http_reason = resp.reason or ""
                 retry_after = resp.headers.get("Retry-After")
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            log.debug("%s %s %s: transport error %s", self.name, method, path, type(exc).__name__)
-            raise _transport_error(method, path, exc, flight) from exc
-        except RuntimeError as exc:
-            if not _closed_connection(exc):
+        except Exception as exc:
+            if not is_transport_failure(exc):
                 raise
+            log.debug("%s %s %s: transport error %s", self.name, method, path, type(exc).__name__)
             raise _transport_error(method, path, exc, flight) from exc
         log.debug("%s %s %s -> %d (%.0f ms)", self.name, method, path, status, (time.monotonic() - t0) * 1e3)
         if status >= 400:
@@ -575,14 +576,14 @@ class KubeClient:
         return out if isinstance(out, dict) else {"items": out}
 
     @contextlib.asynccontextmanager
-    async def _counted(self, session: aiohttp.ClientSession, flight: _Flight) -> AsyncIterator[None]:
+    async def _in_flight(self, session: aiohttp.ClientSession, flight: _Flight) -> AsyncIterator[None]:
         """Count a request on ``session`` (a credential swap closes an old session only once it is idle)
         and make it abandonable: ``abandon_inflight`` expires its deadline, which raises TimeoutError."""
         self._inflight[session] += 1
-        self._flights.add(flight)
         try:
             async with asyncio.timeout(None) as deadline:
                 flight.deadline = deadline
+                self._flights.add(flight)
                 yield
         finally:
             self._flights.discard(flight)
@@ -606,17 +607,15 @@ class KubeClient:
         flight = _Flight()
         try:
             async with (
-                self._counted(req_session, flight),
+                self._in_flight(req_session, flight),
                 req_session.get(
                     self._creds.server + path, headers=headers, timeout=tmo, **self._conn_kwargs()
                 ) as resp,
             ):
                 await resp.read()
                 return resp.status
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise _transport_error("GET", path, exc, flight) from exc
-        except RuntimeError as exc:
-            if not _closed_connection(exc):
+        except Exception as exc:
+            if not is_transport_failure(exc):
                 raise
             raise _transport_error("GET", path, exc, flight) from exc
 
@@ -658,7 +657,7 @@ class KubeClient:
         )
         flight = _Flight()  # abandonable while it opens; once open, a live stream
         try:
-            async with self._counted(watch_session, flight):
+            async with self._in_flight(watch_session, flight):
                 resp = await watch_session.get(
                     self._creds.server + path,
                     params=_query(params),
@@ -686,10 +685,8 @@ class KubeClient:
                         yield _watch_event(bytes(buf))
                 finally:
                     self._live_streams.discard(resp)
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise _transport_error("WATCH", path, exc, flight) from exc
-        except RuntimeError as exc:
-            if not _closed_connection(exc):
+        except Exception as exc:
+            if not is_transport_failure(exc):
                 raise
             raise _transport_error("WATCH", path, exc, flight) from exc
 

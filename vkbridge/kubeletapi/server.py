@@ -21,10 +21,9 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final
 
-import aiohttp
 from aiohttp import web
 
-from vkbridge.kube.client import PODS, ApiError, KubeClient
+from vkbridge.kube.client import PODS, ApiError, KubeClient, is_transport_failure
 from vkbridge.kubeletapi import rawhttp
 from vkbridge.kubeletapi.auth import KubeletAuth
 from vkbridge.kubeletapi.channels import (
@@ -280,9 +279,8 @@ class KubeletServer:
                 try:
                     async for chunk in upstream.content.iter_any():
                         await resp.write(chunk)
-                except (aiohttp.ClientError, TimeoutError, OSError, RuntimeError) as exc:
-                    # RuntimeError: aiohttp's "Connection closed." once the pool session was closed
-                    if isinstance(exc, RuntimeError) and "Connection closed" not in str(exc):
+                except Exception as exc:
+                    if not is_transport_failure(exc):
                         raise
                     reason = f"{type(exc).__name__}: {exc}"
                     log.info("log stream ended early", pod=f"{ns}/{pod}", reason=reason)
