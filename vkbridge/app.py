@@ -341,6 +341,7 @@ async def _main(settings: Settings) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig.name)
+    loop.add_signal_handler(signal.SIGUSR1, _log_tasks)
     try:
         await vk.run()
     except asyncio.CancelledError:
@@ -397,3 +398,15 @@ def _follow_the_pool(pool: KubeClient, state: PoolState) -> None:
         if ended:
             log.info("pool back: restarted requests and watches begun while it was lost", count=ended)
         pool.nudge()
+
+
+def _log_tasks() -> None:
+    """SIGUSR1: log every asyncio task with where it waits (code locations only, never values), so a
+    process that does not stop or does not progress can be diagnosed from `kubectl logs` alone."""
+    tasks = asyncio.all_tasks()
+    log.warning("SIGUSR1: dumping asyncio tasks", count=len(tasks))
+    for t in sorted(tasks, key=lambda t: t.get_name()):
+        frames = t.get_stack(limit=8)
+        where = " <- ".join(f"{f.f_code.co_name} ({f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno})"
+                            for f in reversed(frames))  # fmt: skip
+        log.warning("task", name=t.get_name(), cancelling=t.cancelling(), waits_in=where or "-")

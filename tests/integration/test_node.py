@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import Any
 
@@ -198,6 +199,17 @@ def test_sigterm_stops_within_5s_and_leaves_the_node(
     finally:
         vkbridge.start()  # the session's vkbridge serves the tests after this one
         wait_until(lambda: node_ready(consumer, bundle.slug) == "True", 60, "Ready again after restart")
+
+
+def test_sigusr1_logs_every_asyncio_task_and_keeps_running(vkbridge: VkbridgeProcess) -> None:
+    """A process that does not stop or progress is diagnosed from its log: SIGUSR1 lists where each task
+    waits (the resilience suite sends it before killing a vkbridge that ignored SIGTERM)."""
+    mark = len(vkbridge.log_text())
+    assert vkbridge.proc is not None
+    vkbridge.proc.send_signal(signal.SIGUSR1)
+    vkbridge.wait_for_log("SIGUSR1: dumping asyncio tasks", 10, start=mark)
+    wait_until(lambda: "waits_in=" in vkbridge.log_text()[mark:], 10, "a task line")
+    assert vkbridge.alive()
 
 
 def test_virtualnode_label_change_reaches_the_node_within_2s(
