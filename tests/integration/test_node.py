@@ -197,13 +197,18 @@ def test_sigterm_stops_within_5s_and_leaves_the_node(
         vkbridge.wait_for_log("shutting down", 1)
         print(f"\nSIGTERM -> exit in {took:.2f}s")
     finally:
+        mark = len(vkbridge.log_text())
         vkbridge.start()  # the session's vkbridge serves the tests after this one
+        # the Node may still read Ready from before: wait for the new process itself
+        vkbridge.wait_for_log("vkbridge running", 60, start=mark)
         wait_until(lambda: node_ready(consumer, bundle.slug) == "True", 60, "Ready again after restart")
 
 
 def test_sigusr1_logs_every_asyncio_task_and_keeps_running(vkbridge: VkbridgeProcess) -> None:
     """A process that does not stop or progress is diagnosed from its log: SIGUSR1 lists where each task
     waits (the resilience suite sends it before killing a vkbridge that ignored SIGTERM)."""
+    started = max(0, vkbridge.log_text().rfind("---- start"))
+    vkbridge.wait_for_log("vkbridge running", 60, start=started)  # its handlers are installed by then
     mark = len(vkbridge.log_text())
     assert vkbridge.proc is not None
     vkbridge.proc.send_signal(signal.SIGUSR1)
