@@ -9,6 +9,7 @@ missing=""
 command -v go >/dev/null 2>&1 || missing="$missing golang-go"
 command -v pgrep >/dev/null 2>&1 || missing="$missing procps"
 command -v script >/dev/null 2>&1 || missing="$missing bsdutils"
+command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
 command -v shellcheck >/dev/null 2>&1 || missing="$missing shellcheck"
 if [ -n "$missing" ]; then
   echo "== apt-get install$missing"

@@ -9,6 +9,11 @@ step() { echo; echo "== $*"; }
 step "setup (installs only what is missing)"
 bash hack/setup.sh || { echo "setup failed"; exit 1; }
 
+# What exists before the tests, so the leftover check at the end names only what the run made.
+netns_before=$(ip netns list 2>/dev/null | sort || true)
+links_before=$(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sort || true)
+mounts_before=$(awk '{print $2}' /proc/self/mounts | sort)
+
 step "ruff"
 ruff check . || status=1
 step "mypy (strict on vkbridge/ and reflectors/)"
@@ -16,18 +21,41 @@ mypy || status=1
 step "import-linter (layers of DESIGN.md section 2)"
 lint-imports || status=1
 
-step "pytest"
-"${PYTHON:-python3}" -m pytest "$@"
-rc=$?
-if [ "$rc" -eq 5 ]; then
-  echo "pytest collected no tests: that is a failure here"
-  rc=1
-fi
-[ "$rc" -eq 0 ] || status=1
+# One pytest session; exit 5 (nothing collected) is a failure here.
+run_pytest() {
+  "${PYTHON:-python3}" -m pytest "$@"
+  local rc=$?
+  if [ "$rc" -eq 5 ]; then
+    echo "pytest collected no tests: that is a failure here"
+    rc=1
+  fi
+  [ "$rc" -eq 0 ] || status=1
+}
 
-step "leftover processes"
-left=$(pgrep -a -f '(\.k8s-bin/|kubebuilder-envtest).*(etcd|kube-apiserver|kube-controller-manager|kube-scheduler)|e2e\.(fakekubelet|emulator)' || true)
-if [ -n "$left" ]; then echo "processes left behind:"; echo "$left"; status=1; else echo "none"; fi
+if [ "$#" -gt 0 ]; then
+  step "pytest $*"
+  run_pytest "$@"
+else
+  # The whole run (CI's): unit and integration tests, then the resilience scenarios in a session of
+  # their own (they stop and restart the session's vkbridge and time recoveries, so they run alone).
+  step "pytest: unit and integration"
+  run_pytest
+  step "pytest: resilience scenarios"
+  run_pytest tests/resilience -m resilience
+fi
+
+step "leftovers (processes, network namespaces, mounts the run made)"
+left=$(pgrep -a -f '(\.k8s-bin/|kubebuilder-envtest).*(etcd|kube-apiserver|kube-controller-manager|kube-scheduler)|e2e\.(fakekubelet|emulator)|-m vkbridge ' || true)
+if [ -n "$left" ]; then echo "processes left behind:"; echo "$left"; status=1; else echo "processes: none"; fi
+netns_after=$(ip netns list 2>/dev/null | sort || true)
+new_netns=$(comm -13 <(echo "$netns_before") <(echo "$netns_after") | sed '/^$/d')
+if [ -n "$new_netns" ]; then echo "network namespaces left behind:"; echo "$new_netns"; status=1; else echo "network namespaces: none"; fi
+links_after=$(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sort || true)
+new_links=$(comm -13 <(echo "$links_before") <(echo "$links_after") | sed '/^$/d')
+if [ -n "$new_links" ]; then echo "interfaces left behind:"; echo "$new_links"; status=1; else echo "interfaces: none"; fi
+mounts_after=$(awk '{print $2}' /proc/self/mounts | sort)
+new_mounts=$(comm -13 <(echo "$mounts_before") <(echo "$mounts_after") | sed '/^$/d')
+if [ -n "$new_mounts" ]; then echo "mounts left behind:"; echo "$new_mounts"; status=1; else echo "mounts: none"; fi
 
 echo
 if [ "$status" -eq 0 ]; then echo "hack/test.sh: all checks passed"; else echo "hack/test.sh: FAILED"; fi
