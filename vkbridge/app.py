@@ -14,7 +14,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from reflectors.context import ReflectionContext
@@ -36,6 +36,7 @@ from vkbridge.kube.client import (
     KubeClient,
 )
 from vkbridge.kube.events import EventRecorder
+from vkbridge.kube.health import HealthChecks, LoopWatchdog, TaskWatch
 from vkbridge.kube.kubeconfig import (
     Credentials,
     KubeconfigError,
@@ -103,6 +104,7 @@ async def client_ca(home: KubeClient) -> bytes | None:
 
 
 def home_credentials(settings: Settings) -> Any:
+    """The consumer identity (blocking file reads: call it from a thread, never on the loop)."""
     if settings.home_kubeconfig:
         return load_kubeconfig_file(settings.home_kubeconfig)
     return in_cluster_credentials()
@@ -120,12 +122,80 @@ class VirtualKubelet:
         self.engine: ReflectionEngine | None = None
         self.node: NodeController | None = None
         self.ready = asyncio.Event()
+        self.elector: LeaderElector | None = None
+        self.serving: ServingCertificateManager | None = None
+        self.caches: list[Cache] = []
+        self.phase = "connecting to the consumer API"
+        self.watchdog = LoopWatchdog()
+        self.tasks = TaskWatch()
+        self.livez = HealthChecks("livez", failure_status=500)
+        self.readyz = HealthChecks("readyz")
+        self._add_checks()
+
+    def _add_checks(self) -> None:
+        """Liveness: this process works (loop, tasks). Readiness adds: it leads, has started, its caches
+        are synced and it can serve the kubelet API. The pool is in neither: a hibernating pool is normal
+        operation and its Node already says NotReady; a restart or an unready pod would not wake it."""
+        for checks in (self.livez, self.readyz):
+            checks.add("ping", lambda: None)
+            checks.add("event-loop", self.watchdog.check)
+            checks.add("tasks", self.tasks.check)
+        self.readyz.add("leader", self._leader_check)
+        self.readyz.add("started", lambda: None if self.ready.is_set() else f"starting: {self.phase}")
+        self.readyz.add("caches", self._caches_check)
+        self.readyz.add("serving-certificate", self._serving_check)
+
+    def _leader_check(self) -> str | None:
+        if not self.settings.vk_lease_enabled:
+            return None
+        if self.elector is None:
+            return "leader election not started"
+        if self.elector.is_leader:
+            return None
+        holder = self.elector.holder or "nobody"
+        return f"standby: lease {self.elector.namespace}/{self.elector.name} held by {holder}"
+
+    def _caches_check(self) -> str | None:
+        if not self.caches:
+            return f"not started: {self.phase}"
+        waiting = [f"{c.name} ({c.state})" for c in self.caches if not c.synced]
+        return f"not synced: {', '.join(waiting)}" if waiting else None
+
+    def _serving_check(self) -> str | None:
+        if self.serving is None:
+            return f"not started: {self.phase}"
+        if self.serving.current_context() is None:
+            return f"no kubelet serving certificate yet ({self.settings.certificate_type})"
+        return None
+
+    def _probe_server(self) -> MetricsServer | None:
+        if not self.settings.metrics_enabled:
+            return None
+        host, port = split_address(self.settings.metrics_address, 8082)
+        return MetricsServer(self.metrics, host, port, livez=self.livez, readyz=self.readyz)
+
+    async def run(self) -> None:
+        """Serve the probes from the first moment (a standby must answer its liveness probe), then work."""
+        probes = self._probe_server()
+        watchdog = asyncio.create_task(self.watchdog.run(), name="loop-watchdog")
+        self.tasks.add(watchdog)
+        try:
+            if probes is not None:
+                try:
+                    await probes.start()
+                except OSError as err:
+                    raise StartupError(f"cannot listen on --metrics-address: {err}") from None
+            await self._run()
+        finally:
+            watchdog.cancel()
+            if probes is not None:
+                await probes.stop()
 
     async def _connect(self) -> tuple[KubeClient, KubeClient, str]:
         s = self.settings
         try:
             home = KubeClient(
-                home_credentials(s), qps=s.client_qps, burst=s.client_max_burst,
+                await asyncio.to_thread(home_credentials, s), qps=s.client_qps, burst=s.client_max_burst,
                 timeout=s.client_timeout or None, name="consumer",
             )  # fmt: skip
         except KubeconfigError as err:
@@ -158,7 +228,7 @@ class VirtualKubelet:
         except KubeconfigError as err:
             raise StartupError(f"cannot use the pool kubeconfig: {err}") from None
 
-    async def run(self) -> None:
+    async def _run(self) -> None:
         s = self.settings
         home, pool, kubelet_version = await self._connect()
         if s.enable_apiserver_support:
@@ -255,12 +325,9 @@ class VirtualKubelet:
         kubelet = KubeletServer(
             home, pool, node_name=node_name, port=s.listen_port, ssl_context_provider=serving.current_context,
             client_ca_pem=await client_ca(home), remote_namespace=remote_namespace,
-            local_pods=engine.local_pods.list,
+            client_ca_configmap="kube-system/extension-apiserver-authentication",
+            local_pods=engine.local_pods, healthz=self.livez,
         )  # fmt: skip
-        metrics_server: MetricsServer | None = None
-        if s.metrics_enabled:
-            host, port = split_address(s.metrics_address, 8082)
-            metrics_server = MetricsServer(self.metrics, host, port, health=lambda: (True, "ok"))
 
         elector: LeaderElector | None = None
         if s.vk_lease_enabled:
@@ -270,7 +337,7 @@ class VirtualKubelet:
                 lease_duration=s.vk_lease_duration, renew_deadline=s.vk_lease_renew_interval,
                 retry_period=s.vk_lease_retry_period,
             )  # fmt: skip
-            await elector.acquire()
+            self.elector = elector
 
         async def hold_leadership() -> None:
             assert elector is not None
@@ -278,25 +345,36 @@ class VirtualKubelet:
             raise LostLeadership(f"lease {tenant}/{node_name} taken over")
 
         try:
+            if elector is not None:
+                self.phase = "waiting for leadership"
+                await elector.acquire()
+            self.serving = serving
+            self.caches = [node_cache, vn_cache, rs_cache, secret_cache]
+            self.caches += [engine.local_pods, engine.namespace_maps]
+            self.phase = "waiting for the node, VirtualNode and ResourceSlice caches"
             async with asyncio.TaskGroup() as tg:
+
+                def spawn(coro: Coroutine[Any, Any, None], name: str) -> None:
+                    """Every long-lived task is watched: one that ends fails liveness."""
+                    self.tasks.add(tg.create_task(coro, name=name))
+
                 if elector is not None:
-                    tg.create_task(hold_leadership(), name="leader-election")
+                    spawn(hold_leadership(), "leader-election")
                 for cache in (node_cache, vn_cache, rs_cache, secret_cache):
-                    tg.create_task(cache.run(), name=f"cache-{cache.name}")
-                tg.create_task(recorder.run(), name="event-recorder")
-                tg.create_task(pinger.run(), name="pinger")
-                tg.create_task(creds.run(), name="credential-watcher")
-                tg.create_task(serving.run(), name="serving-certificate")
-                tg.create_task(renewer.run(), name="client-certificate-renewal")
-                tg.create_task(_serve(kubelet), name="kubelet-api")
-                if metrics_server is not None:
-                    tg.create_task(_serve(metrics_server), name="metrics")
+                    spawn(cache.run(), f"cache-{cache.name}")
+                spawn(recorder.run(), "event-recorder")
+                spawn(pinger.run(), "pinger")
+                spawn(creds.run(), "credential-watcher")
+                spawn(serving.run(), "serving-certificate")
+                spawn(renewer.run(), "client-certificate-renewal")
+                spawn(_serve(kubelet), "kubelet-api")
                 await asyncio.gather(vn_cache.wait_synced(), rs_cache.wait_synced(), node_cache.wait_synced())
                 on_grant()
                 if s.create_node:
-                    tg.create_task(node.run(), name="node")
-                    tg.create_task(lease.run(), name="node-lease")
-                tg.create_task(engine.run(), name="reflection")
+                    spawn(node.run(), "node")
+                    spawn(lease.run(), "node-lease")
+                spawn(engine.run(), "reflection")
+                self.phase = "running"
                 self.ready.set()
                 log.info(
                     "vkbridge running",

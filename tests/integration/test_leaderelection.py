@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 
 import pytest
 
@@ -38,3 +39,37 @@ async def test_one_leader_then_takeover_on_release_and_on_expiry(consumer: Contr
         assert not c_task.done()
         await asyncio.wait_for(c_task, 6)
         assert c.is_leader
+
+
+async def test_skewed_clocks_neither_steal_a_live_lease_nor_keep_a_dead_one(  # type: ignore[no-untyped-def]
+    consumer: ControlPlane, fresh_ns
+) -> None:
+    """Expiry is judged by when the candidate saw the record change (client-go's observedTime), so a
+    leader whose clock is an hour behind keeps its lease while it renews, and one whose clock is an
+    hour ahead loses it one lease duration after it stops."""
+    ns = fresh_ns(consumer, wait_sa=False)
+    async with KubeClient(load_kubeconfig_file(consumer.admin_kubeconfig)) as client:
+
+        def elector(identity: str, skew: dt.timedelta) -> LeaderElector:
+            return LeaderElector(client, namespace=ns, name="node-a", identity=identity,
+                                 lease_duration=2, renew_deadline=1.5, retry_period=0.3,
+                                 clock=lambda: dt.datetime.now(dt.UTC) + skew)  # fmt: skip
+
+        behind, ahead = elector("behind", -dt.timedelta(hours=1)), elector("ahead", dt.timedelta(hours=1))
+        candidate = elector("candidate", dt.timedelta(0))
+        await asyncio.wait_for(behind.acquire(), 5)
+        holding = asyncio.create_task(behind.hold())
+        taking = asyncio.create_task(candidate.acquire())
+        await asyncio.sleep(4.0)  # two lease durations with renewals stamped an hour ago
+        assert not taking.done(), "a live leader with a slow clock lost its lease"
+        holding.cancel()
+        await behind.release()
+        await asyncio.wait_for(taking, 5)
+        await candidate.release()
+
+        await asyncio.wait_for(ahead.acquire(), 5)  # renews once, stamped an hour ahead, then "dies"
+        late = elector("late", dt.timedelta(0))
+        t0 = asyncio.get_running_loop().time()
+        await asyncio.wait_for(late.acquire(), 10)
+        waited = asyncio.get_running_loop().time() - t0
+        assert 1.5 <= waited <= 5.0, f"took over a dead leader's lease after {waited:.1f}s"

@@ -166,7 +166,7 @@ def test_deployment_is_hardened_as_documented() -> None:
     assert env["HOME"]["value"] == env["TMPDIR"]["value"] == "/tmp"
     assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
-    assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert ctr["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
     assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert ports == {"kubelet": 10250, "metrics": 5872}
     assert ctr["resources"]["limits"]["memory"] and ctr["resources"]["requests"]["cpu"]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from typing import Any
 
 import pytest
 
 from vkbridge.kube.backoff import Backoff
-from vkbridge.kube.events import EventRecorder, SpamFilter
+from vkbridge.kube.events import EventRecorder, SpamFilter, event_name
 
 T0_NS = 1_767_225_600_123_456_789  # 2026-01-01T00:00:00.123456789Z
 
@@ -350,3 +351,37 @@ async def test_aclose_timeout_cancels_a_stuck_writer() -> None:
     await asyncio.wait_for(recorder.aclose(timeout=0.05), 2.0)
     assert task.cancelled()
     assert recorder.dropped == 1  # the one still queued; the in-flight one is cut off
+
+
+# -- event names (issue 15 item 22) --------------------------------------------------------------------
+
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+async def test_event_for_a_253_character_pod_has_a_valid_name_of_at_most_253() -> None:
+    writer = FakeWriter()
+    recorder, _, _ = make(writer)
+    long_name = ("a" * 62 + ".") * 4 + "b"  # 253 characters, a valid pod name
+    assert len(long_name) == 253
+    recorder.event(pod(long_name), "Normal", "SuccessfulReflection", "ok")
+    await flush(recorder)
+    ((_, body),) = writer.created
+    name = body["metadata"]["name"]
+    assert len(name) <= 253 and DNS_SUBDOMAIN.match(name), name
+    assert name.endswith(f".{T0_NS:x}")
+    assert body["involvedObject"]["name"] == long_name
+
+
+@pytest.mark.parametrize(
+    ("object_name", "expected_base"),
+    [
+        ("web-0", "web-0"),  # short names keep client-go's exact form
+        ("x" * 235 + "-tail", "x" * 235),  # cut after a dash: the dash goes too
+        ("y" * 235 + ".z" + "q" * 20, "y" * 235),  # cut after a dot: the dot goes too
+        ("", "event"),
+    ],
+)
+def test_event_name_cuts_the_object_part_and_keeps_the_suffix(object_name: str, expected_base: str) -> None:
+    name = event_name(object_name, T0_NS)
+    assert name == f"{expected_base}.{T0_NS:x}"
+    assert len(name) <= 253 and DNS_SUBDOMAIN.match(name)

@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.ratelimit import Clock, TokenBucket
 
-__all__ = ["EventRecorder", "EventType", "EventWriter", "SpamFilter"]
+__all__ = ["EventRecorder", "EventType", "EventWriter", "SpamFilter", "event_name"]
 
 logger = logging.getLogger("vkbridge.events")
 
@@ -37,6 +37,7 @@ SPAM_QPS = 1.0 / 300.0
 AGGREGATION_WINDOW = 600.0
 CACHE_SIZE = 4096
 BACKLOG = 1000
+MAX_NAME_CHARS = 253  # an Event's name must be a DNS subdomain
 
 
 class EventWriter(Protocol):
@@ -100,6 +101,16 @@ class _Observed:
     name: str
     count: int
     last_seen: float
+
+
+def event_name(object_name: str, wall_ns: int) -> str:
+    """client-go's `<object>.<unix nanoseconds in hex>`, with the object part cut so the whole stays a
+    DNS subdomain of at most 253 characters. A 253-character pod's would be 270: core/v1 still stores
+    it (its legacy validation skips Event names) but it is no valid object name, and events.k8s.io/v1
+    or anything that validates names refuses it. `involvedObject.name` keeps the full name."""
+    suffix = f".{wall_ns:x}"
+    base = object_name[: MAX_NAME_CHARS - len(suffix)].rstrip("-.")
+    return f"{base or 'event'}{suffix}"
 
 
 def _rfc3339(wall_ns: int) -> str:
@@ -257,7 +268,7 @@ class EventRecorder:
         return {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{p.ref.get('name', '')}.{p.wall_ns:x}", "namespace": p.namespace},
+            "metadata": {"name": event_name(p.ref.get("name", ""), p.wall_ns), "namespace": p.namespace},
             "involvedObject": dict(p.ref),
             "reason": p.reason,
             "message": p.message,

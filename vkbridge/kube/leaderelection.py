@@ -4,6 +4,11 @@ One active vkbridge per virtual node (LIQO §1 step 3): the Lease `<nodename>` i
 identity = the pod name. A candidate takes the Lease when it is free or expired, the leader renews it
 every retry period, and a leader that cannot renew within the renew deadline steps down (the caller
 exits, as Liqo's virtual kubelet does, and Kubernetes restarts it as a standby).
+
+Expiry is judged as client-go judges it: by how long ago *we saw the record change* on our own
+monotonic clock, never by the holder's `renewTime` against our wall clock. Two machines' clocks may
+differ by more than a lease duration; with the observed time a skewed clock can neither make a live
+leader look expired (two leaders) nor a dead one look alive for ever.
 """
 
 from __future__ import annotations
@@ -24,22 +29,34 @@ def _micro(now: dt.datetime) -> str:
     return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse(text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    for fmt in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
-        try:
-            return dt.datetime.strptime(text, fmt).replace(tzinfo=dt.UTC)
-        except ValueError:
-            continue
-    return None
-
-
-def lease_expired(lease: dict[str, Any], now: dt.datetime) -> bool:
+def _record(lease: dict[str, Any]) -> tuple[Any, ...]:
+    """What client-go compares as the "raw record": any change in it means the holder is alive."""
     spec = lease.get("spec") or {}
-    renew = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
-    duration = spec.get("leaseDurationSeconds") or 0
-    return renew is None or now >= renew + dt.timedelta(seconds=float(duration))
+    return tuple(spec.get(k) for k in ("holderIdentity", "renewTime", "acquireTime", "leaseDurationSeconds",
+                                        "leaseTransitions"))  # fmt: skip
+
+
+class LeaseObserver:
+    """client-go's observedRecord/observedTime: when, on our monotonic clock, the record last changed."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._record: tuple[Any, ...] | None = None
+        self._at = 0.0
+
+    def observe(self, lease: dict[str, Any]) -> None:
+        record = _record(lease)
+        if record != self._record:
+            self._record, self._at = record, self._monotonic()
+
+    def held_by_other(self, lease: dict[str, Any], identity: str) -> bool:
+        """Another identity holds it and we saw its record change less than its duration ago."""
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        if not holder or holder == identity:
+            return False
+        duration = float(spec.get("leaseDurationSeconds") or 0)
+        return self._monotonic() < self._at + duration
 
 
 class LeaderElector:
@@ -54,6 +71,7 @@ class LeaderElector:
         renew_deadline: float = 10.0,
         retry_period: float = 5.0,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self.namespace, self.name, self.identity = namespace, name, identity
@@ -61,8 +79,14 @@ class LeaderElector:
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self._clock = clock
+        self._observer = LeaseObserver(monotonic)
         self._lease: dict[str, Any] | None = None
         self.is_leader = False
+
+    @property
+    def holder(self) -> str | None:
+        """The holder in the record we saw last (None before the first look)."""
+        return ((self._lease or {}).get("spec") or {}).get("holderIdentity") or None
 
     def _body(self, now: dt.datetime, transitions: int, acquire: str | None) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
@@ -95,10 +119,12 @@ class LeaderElector:
                 if err2.already_exists or err2.conflict:
                     return False
                 raise
+            self._observer.observe(self._lease)
             return True
+        self._observer.observe(self._lease)
         spec = self._lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
-        if holder and holder != self.identity and not lease_expired(self._lease, now):
+        if self._observer.held_by_other(self._lease, self.identity):
             return False
         transitions = int(spec.get("leaseTransitions") or 0)
         acquire = spec.get("acquireTime") if holder == self.identity else None
@@ -111,6 +137,7 @@ class LeaderElector:
             if err.conflict or err.not_found:
                 return False
             raise
+        self._observer.observe(self._lease)
         return True
 
     async def acquire(self) -> None:
@@ -126,8 +153,9 @@ class LeaderElector:
                 log.debug("leader election attempt failed", error=str(err)[:200])
             if time.monotonic() - last_log > 30:
                 last_log = time.monotonic()
-                holder = ((self._lease or {}).get("spec") or {}).get("holderIdentity")
-                log.info("waiting to be elected leader", lease=f"{self.namespace}/{self.name}", holder=holder)
+                log.info(
+                    "waiting to be elected leader", lease=f"{self.namespace}/{self.name}", holder=self.holder
+                )
             await asyncio.sleep(self.retry_period)
 
     async def hold(self) -> None:

@@ -1,17 +1,18 @@
-"""Prometheus ``/metrics`` and the probe endpoints on a separate plain-HTTP port.
+"""Prometheus ``/metrics`` and the probe endpoints on a separate plain-HTTP port, served from start.
 
-``/healthz`` and ``/readyz`` both report ``health()``: 200 "ok", or 503 with its reason. Whoever wires
-a livenessProbe to it should make ``health()`` about this process, not about the pool: restarting the
-virtual kubelet never brings a lost pool back.
+``/livez`` (and ``/healthz``, its older name) and ``/readyz`` answer as Kubernetes components do: 200
+"ok", or the failing status with one ``[+]name ok`` / ``[-]name failed: reason`` line per named check;
+``?verbose`` lists the checks on success too, ``?exclude=<name>`` leaves one out, ``/readyz/<name>``
+runs one. Liveness is about this process only (event loop, long-lived tasks), never about the pool:
+restarting the virtual kubelet never brings a lost pool back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from vkbridge.kube.health import HealthChecks
 from vkbridge.logs import get_logger
 from vkbridge.metrics import Metrics
 
@@ -22,12 +23,12 @@ log = get_logger("vkbridge.kubeletapi.metrics")
 
 class MetricsServer:
     def __init__(
-        self, metrics: Metrics, host: str, port: int, health: Callable[[], tuple[bool, str]]
+        self, metrics: Metrics, host: str, port: int, *, livez: HealthChecks, readyz: HealthChecks
     ) -> None:
         self._metrics = metrics
         self._host = host
         self._port = port
-        self._health = health
+        self._checks = {"healthz": livez, "livez": livez, "readyz": readyz}
         self._runner: web.AppRunner | None = None
 
     @property
@@ -40,8 +41,9 @@ class MetricsServer:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/metrics", self._scrape)
-        app.router.add_get("/healthz", self._probe)
-        app.router.add_get("/readyz", self._probe)
+        for endpoint in self._checks:
+            app.router.add_get(f"/{endpoint}", self._probe)
+            app.router.add_get(f"/{endpoint}/{{check}}", self._probe)
         return app
 
     async def start(self) -> None:
@@ -66,14 +68,16 @@ class MetricsServer:
         resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return resp
 
-    def _check(self) -> tuple[bool, str]:
-        try:
-            return self._health()
-        except Exception as exc:  # a broken check reads as "not ready", never as a crash
-            return False, f"health check failed: {type(exc).__name__}: {exc}"
-
     async def _probe(self, request: web.Request) -> web.Response:
-        ok, reason = self._check()
-        if ok:
-            return web.Response(text=f"ok\n{reason}\n" if reason and "verbose" in request.query else "ok")
-        return web.Response(status=503, text=reason or "not ready")
+        checks = self._checks[request.path.strip("/").split("/", 1)[0]]
+        name = request.match_info.get("check")
+        if name is not None:
+            status, text = checks.render_one(name)
+        else:
+            status, text = checks.render(
+                verbose="verbose" in request.query, exclude=request.query.getall("exclude", [])
+            )
+        if status != 200 and checks.endpoint == "livez":  # the log says why, before the kubelet restarts us
+            failed = "; ".join(line for line in text.splitlines() if line.startswith("[-]"))
+            log.warning("liveness check failing", path=request.path, failed=failed or text.strip())
+        return web.Response(status=status, text=text)

@@ -19,6 +19,12 @@ from vkbridge.logs import get_logger
 
 log = get_logger("vkbridge.node")
 
+CONFLICT_TRIES = 5  # a 409 means someone else wrote the Lease: re-read and retry, but not for ever
+
+
+class LeaseConflict(Exception):
+    """The Lease changed under every one of our writes (another writer holds it); `run()` backs off."""
+
 
 def micro_time(now: dt.datetime | None = None) -> str:
     """MicroTime as the API server parses it (always six fractional digits and a Z)."""
@@ -67,7 +73,9 @@ class LeaseHeartbeat:
         self._node_uid = node_uid
         self._lease: dict[str, Any] | None = None
         self._wake = asyncio.Event()
+        self._conflict_backoff = Backoff(0.05, 1.0)
         self.renewals = 0
+        self.conflicts = 0
         reach.subscribe(lambda _old, new: self._wake.set() if reach.connected else None)
 
     @property
@@ -75,10 +83,28 @@ class LeaseHeartbeat:
         return f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self._node}"
 
     async def renew_once(self) -> bool:
-        """One renewal; False when the Node does not exist yet (the Lease is owned by it)."""
+        """One renewal; False when the Node does not exist yet (the Lease is owned by it).
+
+        A conflict (or a Lease deleted under us) is re-read and retried up to CONFLICT_TRIES times with
+        a capped backoff; then LeaseConflict, which `run()` retries with its own backoff.
+        """
         uid = self._node_uid()
         if uid is None:
             return False
+        backoff = self._conflict_backoff
+        backoff.reset()
+        for attempt in range(1, CONFLICT_TRIES + 1):
+            if await self._write(uid):
+                return True
+            self.conflicts += 1
+            if attempt < CONFLICT_TRIES:
+                await asyncio.sleep(backoff.next())
+        raise LeaseConflict(
+            f"kube-node-lease/{self._node} changed under each of {CONFLICT_TRIES} writes: another writer?"
+        )
+
+    async def _write(self, uid: str) -> bool:
+        """One create or update; False on a conflict or a Lease deleted meanwhile (re-read next time)."""
         if self._lease is None:
             try:
                 self._lease = await self._client.request("GET", self.path)
@@ -100,7 +126,7 @@ class LeaseHeartbeat:
             self._lease = None  # re-read on the next attempt (conflict or the Lease was deleted)
             if not (err.conflict or err.not_found):
                 raise
-            return await self.renew_once()
+            return False
         return True
 
     async def run(self) -> None:

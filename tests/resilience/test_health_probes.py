@@ -1,0 +1,132 @@
+"""Two replicas under the shipped probes' semantics: both alive throughout, only the leader ready; the
+standby is never killed by its liveness probe and becomes ready once the leader is SIGKILLed.
+
+The probes are those of deploy/deployment.yaml, polled more often than the kubelet does (every 0.5 s
+instead of 10 s / 5 s) with its timeout (3 s) and its success rule (200 <= status < 400); a liveness
+"kill" would be 3 failures in a row.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from e2e.bundle import Bundle
+from e2e.controlplane import ControlPlane
+from e2e.vkbridge_proc import VkbridgeProcess
+from tests.integration.helpers import wait_until
+from tests.resilience.kit import Figures, OwnVkbridge
+from tests.resilience.test_high_availability import LEASE_FLAGS, lease_holder
+
+PROBE_TIMEOUT_S = 3.0  # deploy/deployment.yaml timeoutSeconds
+LIVENESS_FAILURE_THRESHOLD = 3
+READY_AFTER_KILL_MAX_S = 30.0
+
+
+def probe(vk: VkbridgeProcess, path: str) -> tuple[int | None, str]:
+    """One kubelet-style HTTP probe: (status, body), or (None, why) on a timeout or refused connection."""
+    url = f"http://127.0.0.1:{vk.opts.metrics_port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError as err:
+        return None, str(err)
+
+
+def passed(status: int | None) -> bool:
+    return status is not None and 200 <= status < 400
+
+
+@dataclass
+class Answers:
+    """Every answer of one replica's probes once its port first answered (the kubelet's initial delay)."""
+
+    live: list[tuple[float, int | None, str]] = field(default_factory=list)
+    ready: list[tuple[float, int | None, str]] = field(default_factory=list)
+
+    def worst_liveness_streak(self) -> int:
+        worst = streak = 0
+        for _, status, _ in self.live:
+            streak = 0 if passed(status) else streak + 1
+            worst = max(worst, streak)
+        return worst
+
+
+class Prober(threading.Thread):
+    def __init__(self, vk: VkbridgeProcess, period: float = 0.5) -> None:
+        super().__init__(name=f"prober-{vk.opts.metrics_port}", daemon=True)
+        self.vk, self.period = vk, period
+        self.answers = Answers()
+        self._halt = threading.Event()
+        self.t0 = time.monotonic()
+
+    def run(self) -> None:
+        answered = False
+        while not self._halt.is_set():
+            t = time.monotonic() - self.t0
+            live = probe(self.vk, "/livez?verbose")
+            answered = answered or live[0] is not None
+            if answered:
+                self.answers.live.append((t, *live))
+                self.answers.ready.append((t, *probe(self.vk, "/readyz?verbose")))
+            self._halt.wait(self.period)
+
+    def stop(self) -> Answers:
+        self._halt.set()
+        self.join(10)
+        return self.answers
+
+
+def test_standby_is_alive_not_ready_never_killed_and_ready_after_the_leader_dies(
+    consumer: ControlPlane, bundle: Bundle, own_vkbridge: OwnVkbridge, figures: Figures
+) -> None:
+    slug = bundle.slug
+    ids = {r: f"vk-{slug}-{r}" for r in ("a", "b")}
+    a = own_vkbridge("probes-a", extra_args=LEASE_FLAGS, env={"POD_NAME": ids["a"]})
+    prober_a = Prober(a)
+    prober_a.start()
+    wait_until(lambda: probe(a, "/readyz")[0] == 200, 90, "replica a ready (leader, caches, certificate)")
+    assert lease_holder(consumer, bundle) == ids["a"]
+
+    b = own_vkbridge("probes-b", extra_args=LEASE_FLAGS, env={"POD_NAME": ids["b"]})
+    prober_b = Prober(b)
+    prober_b.start()
+    b.wait_for_log("waiting to be elected leader", 30)
+    status, body = probe(b, "/readyz?verbose")
+    assert status == 503, (status, body)
+    assert f"[-]leader failed: standby: lease {bundle.tenant_ns}/{slug} held by {ids['a']}" in body, body
+    assert probe(b, "/readyz/leader")[0] == 503 and probe(b, "/livez")[:2] == (200, "ok")
+
+    time.sleep(3 * 4)  # three lease durations with a standby polled by its probes
+    a.kill()
+    t_kill = time.monotonic()
+    wait_until(lambda: probe(b, "/readyz")[0] == 200, READY_AFTER_KILL_MAX_S, "the standby to become ready",
+               interval=0.2)  # fmt: skip
+    t_ready = time.monotonic() - t_kill
+    time.sleep(2)
+    answers_a, answers_b = prober_a.stop(), prober_b.stop()
+    kill_at = t_kill - prober_a.t0
+
+    figures.add("standby ready after the leader's SIGKILL", t_ready, "s")
+    figures.add("probes of the standby (live / ready)", f"{len(answers_b.live)} / {len(answers_b.ready)}")
+    failed_live_b = [(round(t, 1), s, text) for t, s, text in answers_b.live if not passed(s)]
+    assert not failed_live_b, f"the standby's liveness failed: {failed_live_b[:3]}"
+    assert answers_b.worst_liveness_streak() < LIVENESS_FAILURE_THRESHOLD
+    failed_live_a = [(round(t, 1), s, text) for t, s, text in answers_a.live if t < kill_at and not passed(s)]
+    assert not failed_live_a, f"the leader's liveness failed: {failed_live_a[:3]}"
+
+    ready_a = [(t, s) for t, s, _ in answers_a.ready if t < kill_at]
+    first_ok = next(i for i, (_, s) in enumerate(ready_a) if s == 200)
+    assert all(s == 200 for _, s in ready_a[first_ok:]), f"the leader went unready: {ready_a[first_ok:]}"
+
+    b_kill_at = t_kill - prober_b.t0
+    standby = [(s, text) for t, s, text in answers_b.ready if t < b_kill_at]
+    assert standby and all(s == 503 and "[-]leader failed" in text for s, text in standby), standby[:3]
+    assert answers_b.ready[-1][1] == 200 and lease_holder(consumer, bundle) == ids["b"]
+    assert t_ready <= READY_AFTER_KILL_MAX_S
+    assert b.alive(), b.tail(40)
