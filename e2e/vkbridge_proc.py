@@ -38,6 +38,7 @@ class VkbridgeOptions:
     certificate_type: str = "self-signed"
     pod_workers: int = 10
     verbosity: int = 2
+    nodename: str = ""  # "" = slug; another name makes a second virtual node of the same peering
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -49,7 +50,7 @@ class VkbridgeOptions:
         return [
             f"--home-kubeconfig={self.home_kubeconfig}",
             f"--foreign-kubeconfig-secret-name={self.secret_name}",
-            f"--nodename={self.slug}",
+            f"--nodename={self.nodename or self.slug}",
             f"--tenant-namespace={self.tenant_ns}",
             "--liqo-namespace=liqo",
             f"--home-cluster-id={self.consumer_id}",
@@ -82,7 +83,8 @@ class VkbridgeProcess:
 
     def start(self) -> VkbridgeProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "POD_NAME": f"vk-{self.opts.slug}-0", "POD_NAMESPACE": self.opts.tenant_ns}
+        node = self.opts.nodename or self.opts.slug
+        env = {**os.environ, "POD_NAME": f"vk-{node}-0", "POD_NAMESPACE": self.opts.tenant_ns}
         env.update(self.opts.env)
         with open(self.log_path, "ab") as out:
             out.write(f"---- start {time.strftime('%H:%M:%S')} ----\n".encode())

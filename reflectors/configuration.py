@@ -32,6 +32,10 @@ from reflectors.forge.configuration import (
     forge_remote_configmap,
     forge_remote_secret,
     is_service_account_secret,
+    node_mark,
+    other_node_marks,
+    release_action,
+    reserved_name_reason,
     secret_skip_reason,
 )
 from reflectors.forge.labels import is_reflected, reflected_label_selector
@@ -67,6 +71,11 @@ class ConfigurationWriteError(Exception):
     """A remote write failed; the message names the object and the API's answer, never Secret data."""
 
 
+class _CopyChanged(Exception):
+    """A conditional release (resourceVersion precondition) found the copy changed, most likely another
+    node marked it: the key stays releasable and is retried (rate-limited) from the cache's newer view."""
+
+
 class TaskFactory(Protocol):
     """Creates a task in the engine's TaskGroup (``asyncio.TaskGroup.create_task`` fits)."""
 
@@ -74,9 +83,9 @@ class TaskFactory(Protocol):
 
 
 class PodSource(Protocol):
-    """The local pods of our node (the engine's pod cache): read once per pair start for the sweep."""
+    """The local pods of our node (the engine's pod cache): one namespace's, read at its pair's start."""
 
-    def list(self) -> list[dict[str, Any]]: ...
+    def list(self, namespace: str | None = None) -> list[dict[str, Any]]: ...
 
 
 ObjectReady = Callable[[Collection[str]], None]
@@ -87,6 +96,7 @@ class _Outcome:
     ready: bool
     reason: str = ""
     recheck: float | None = None
+    blocking: bool = False  # holds the pod back even if its reference is optional
 
 
 READY: Final = _Outcome(True)
@@ -126,7 +136,10 @@ class _ConfigPair:
 def missing_message(missing: Iterable[str]) -> str:
     """The Warning event on a pod kept Pending: which objects, never what they hold."""
     what = ", ".join(missing)
-    return f"Waiting for {what} before offloading the pod to the pool; references marked optional never wait"
+    return (
+        f"Waiting for {what} before offloading the pod to the pool; "
+        "references marked optional never wait for a missing object"
+    )
 
 
 def _fingerprint(body: Mapping[str, Any]) -> str:
@@ -322,7 +335,7 @@ class ConfigurationReflector:
         if self.local_pods is None:
             return 0
         live = set(self.index.objects(pair.local))
-        for pod in self.local_pods.list():
+        for pod in self.local_pods.list(pair.local):  # not the whole compact cache: ~90 us per pod decoded
             if fp.namespace_of(pod) != pair.local or fp.is_terminal(pod) or fp.is_terminating(pod):
                 continue
             live.update(ObjectRef(r.kind, pair.local, r.name) for r in pod_references(pod))
@@ -360,7 +373,7 @@ class ConfigurationReflector:
                     outcome = await self._reconcile(pair, obj, confirm_missing=True)
                 if outcome.recheck is not None:
                     self.queue.add_after(obj.key(), outcome.recheck)
-                if outcome.ready or ref.optional:
+                if outcome.ready or (ref.optional and not outcome.blocking):
                     continue
                 missing.append(f"{ref.kind} {c.go_quote(ref.name)} ({outcome.reason})")
                 waiting.append(obj)
@@ -460,7 +473,7 @@ class ConfigurationReflector:
                         return RequeueAfter(outcome.recheck)
                     return None
                 if ref in self._releasable:
-                    await self._delete_remote(pair, ref, "no reflected pod references it")
+                    await self._release_remote(pair, ref)
                     self._releasable.discard(ref)
                     self._noted.pop(ref, None)
         except ConfigurationPoolUnavailable:
@@ -478,6 +491,8 @@ class ConfigurationReflector:
         local = pair.local_caches[ref.kind].get(f"{ref.namespace}/{ref.name}")
         if local is None and confirm_missing:
             local = await self._get_local(ref)
+        if ref.kind == CONFIGMAP and (reserved := reserved_name_reason(ref.name, self.ctx.local_cluster_id)):
+            return self._refuse_reserved(ref, local, reserved)
         remote = self._cached_remote(pair, ref)
         if local is None:
             await self._delete_remote(pair, ref, "local object gone")
@@ -539,6 +554,10 @@ class ConfigurationReflector:
             await self._delete(pair, ref, remote, local, "type or immutable content changed")
             remote = None
         if remote is not None:
+            # The copy is shared with the other virtual nodes of the namespace: keep their marks (with one
+            # field manager for all nodes, a mark left out of an apply is removed). The resourceVersion
+            # below makes a mark added meanwhile conflict instead of being lost.
+            body["metadata"]["labels"].update(other_node_marks(remote, self.ctx.node_name))
             # Ownership precondition: the apply fails (409) if the copy changed since we saw it ours.
             # Our own last write is newer than a cache that has not shown it yet.
             applied = self._applied.get(ref)
@@ -618,6 +637,52 @@ class ConfigurationReflector:
         )
         return await self._delete(pair, ref, target, None, why)
 
+    async def _release_remote(self, pair: _ConfigPair, ref: ObjectRef) -> None:
+        """No pod of this node references the object any more: the copy goes only if no other node marks it.
+
+        Two virtual nodes mapping the same remote namespace share the copy; each marks it while one of its
+        pods needs it. Deleting (or unmarking) is conditional on the resourceVersion we decided on, so a
+        mark another node adds meanwhile makes it conflict (``_CopyChanged``) rather than be lost.
+        """
+        remote = self._cached_remote(pair, ref)
+        if remote is None and ref in self._applied:
+            # Our own write, not in the cache yet: read it, its marks decide.
+            existing = await self._get_remote(pair, ref, {})
+            if existing is not None and self._ref_of_remote(pair.local, ref.kind, existing) == ref:
+                remote = existing
+        if remote is None:
+            self._applied.pop(ref, None)
+            return
+        why = "no reflected pod of this node references it"
+        action = release_action(remote, self.ctx.node_name)
+        if action == "delete":
+            await self._delete(pair, ref, remote, None, why, resource_version=_rv(remote) or None)
+        elif action == "unmark":
+            await self._unmark(pair, ref, remote)
+        else:
+            self._applied.pop(ref, None)
+
+    async def _unmark(self, pair: _ConfigPair, ref: ObjectRef, remote: Mapping[str, Any]) -> None:
+        self._require_pool()
+        mark = node_mark(self.ctx.node_name)
+        patch = {"metadata": {"resourceVersion": _rv(remote), "labels": {mark: None}}}
+        try:
+            await self.ctx.pool.patch(
+                RESOURCES[ref.kind], self._remote_name(ref), patch, pair.remote, field_manager=c.FIELD_MANAGER
+            )
+        except ApiError as err:
+            if err.conflict:
+                raise _CopyChanged(f"{ref} changed on the pool while being released") from None
+            if not err.not_found:
+                raise self._write_error("unmark", pair, ref, None, err) from None
+        self._applied.pop(ref, None)
+        log.info(
+            f"{ref.kind} left on the pool for other virtual nodes",
+            object=f"{ref.namespace}/{ref.name}",
+            remote=f"{pair.remote}/{self._remote_name(ref)}",
+            nodes=sorted(other_node_marks(remote, self.ctx.node_name)),
+        )
+
     async def _delete(
         self,
         pair: _ConfigPair,
@@ -625,16 +690,26 @@ class ConfigurationReflector:
         remote: Mapping[str, Any],
         local: Mapping[str, Any] | None,
         why: str,
+        *,
+        resource_version: str | None = None,
     ) -> bool:
+        """Delete with a UID precondition; with ``resource_version`` too, a changed copy raises
+        ``_CopyChanged`` (another node marked it meanwhile) instead of counting as gone."""
         uid = fp.uid_of(remote)
         if not uid:
             return False  # never an unconditional delete
         self._require_pool()
         try:
             await self.ctx.pool.delete(
-                RESOURCES[ref.kind], self._remote_name(ref), pair.remote, preconditions_uid=uid
+                RESOURCES[ref.kind],
+                self._remote_name(ref),
+                pair.remote,
+                preconditions_uid=uid,
+                preconditions_resource_version=resource_version,
             )
         except ApiError as err:
+            if err.conflict and resource_version is not None:
+                raise _CopyChanged(f"{ref} changed on the pool while being released") from None
             if not (err.not_found or err.conflict):
                 raise self._write_error("delete", pair, ref, local, err) from None
         self._applied.pop(ref, None)
@@ -668,6 +743,7 @@ class ConfigurationReflector:
             remote_id=self.ctx.remote_cluster_id,
             labels_not_reflected=self.labels_not_reflected,
             annotations_not_reflected=self.annotations_not_reflected,
+            node_name=self.ctx.node_name,
         )
 
     def _ready(self, ref: ObjectRef) -> _Outcome:
@@ -675,11 +751,21 @@ class ConfigurationReflector:
             log.info(f"{ref.kind} now reflected", object=f"{ref.namespace}/{ref.name}")
         return READY
 
-    def _not_ready(self, ref: ObjectRef, reason: str, recheck: float | None = None) -> _Outcome:
+    def _refuse_reserved(self, ref: ObjectRef, local: Mapping[str, Any] | None, reason: str) -> _Outcome:
+        """A local ConfigMap named like the renamed root CA copy: never copied, and pods using it wait,
+        even through optional references (on the pool that name holds the CA). One Warning per change."""
+        if local is not None and self._noted.get(ref) != reason:
+            message = f"Error reflecting object to cluster {c.go_quote(self.ctx.remote_cluster_id)}: {reason}"
+            self._event(local, ref, c.EVENT_TYPE_WARNING, c.EVENT_FAILED_REFLECTION, message)
+        return self._not_ready(ref, reason, blocking=True)
+
+    def _not_ready(
+        self, ref: ObjectRef, reason: str, recheck: float | None = None, *, blocking: bool = False
+    ) -> _Outcome:
         if self._noted.get(ref) != reason:
             self._noted[ref] = reason
             log.info(f"{ref.kind} not reflected", object=f"{ref.namespace}/{ref.name}", reason=reason)
-        return _Outcome(False, reason, recheck)
+        return _Outcome(False, reason, recheck, blocking)
 
     def _event(self, local: Mapping[str, Any], ref: ObjectRef, type_: str, reason: str, message: str) -> None:
         self.ctx.recorder.event(

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import copy
+import hashlib
+import re
 from collections.abc import Iterable
+from typing import Literal
 
 from reflectors.forge import constants as c
 from reflectors.forge.labels import reflected_annotations, reflected_labels
-from reflectors.forge.names import remote_configmap_name
+from reflectors.forge.names import is_reserved_configmap_name, remote_configmap_name
 from reflectors.forge.pods import KubeObj, ReadObj, annotations_of, labels_of, name_of
 
 SKIP_SA_TOKEN = "secrets holding service account tokens are never reflected"
 SKIP_DENIED = f"marked with the {c.SKIP_REFLECTION_ANNOTATION} annotation"
 SKIP_NOT_ALLOWED = f"not marked with the {c.ALLOW_REFLECTION_ANNOTATION} annotation"
 SKIP_CONFLICT = f"both {c.ALLOW_REFLECTION_ANNOTATION} and {c.SKIP_REFLECTION_ANNOTATION} are set"
+
+# A label key's name part (after the prefix): at most 63 characters, alphanumeric at both ends.
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+ReleaseAction = Literal["delete", "unmark", "keep"]
 
 
 def _set(annotations: dict[str, str], key: str) -> bool:
@@ -60,6 +67,50 @@ def configmap_skip_reason(local: ReadObj, *, policy: str = c.POLICY_DENY_LIST) -
     return policy_skip_reason(local, policy)
 
 
+def reserved_name_reason(name: str, local_cluster_id: str) -> str | None:
+    """Why a local ConfigMap named like the renamed root CA copy is refused (item: names never collide)."""
+    if not is_reserved_configmap_name(name, local_cluster_id):
+        return None
+    return (
+        f"the name is reserved on the pool for the copy of {c.ROOT_CA_CONFIGMAP}; "
+        "rename the ConfigMap to offload pods that use it"
+    )
+
+
+def node_mark(node_name: str) -> str:
+    """The label key by which virtual node ``node_name`` marks a shared copy it needs.
+
+    Every node that maps the same remote namespace shares one copy per object (same name, as in Liqo), so
+    each marks what it needs and a copy goes only when no mark is left. A node name that cannot be a label
+    name (``--nodename`` is validated, but marks must never make an apply fail) is hashed.
+    """
+    if _LABEL_NAME.match(node_name):
+        return f"{c.CONFIG_USER_LABEL_PREFIX}{node_name}"
+    return f"{c.CONFIG_USER_LABEL_PREFIX}sha256-{hashlib.sha256(node_name.encode()).hexdigest()[:32]}"
+
+
+def node_marks(obj: ReadObj | None) -> dict[str, str]:
+    """The node marks on a remote copy (label key -> value)."""
+    return {k: v for k, v in labels_of(obj).items() if k.startswith(c.CONFIG_USER_LABEL_PREFIX)}
+
+
+def other_node_marks(obj: ReadObj | None, node_name: str) -> dict[str, str]:
+    """Marks of the other nodes: kept by every write of ours, so one node never drops another's need."""
+    own = node_mark(node_name)
+    return {k: v for k, v in node_marks(obj).items() if k != own}
+
+
+def release_action(remote: ReadObj, node_name: str) -> ReleaseAction:
+    """What a node that no longer needs ``remote`` does: delete it when no other node marks it, else
+    remove its own mark ("unmark") or, without one, leave the copy alone ("keep").
+
+    A copy with no marks at all (written before marks existed) is deleted, as it was then.
+    """
+    if not other_node_marks(remote, node_name):
+        return "delete"
+    return "unmark" if node_mark(node_name) in node_marks(remote) else "keep"
+
+
 def is_service_account_secret(obj: ReadObj) -> bool:
     """A remote Secret holding reflected tokens (TokenAPI mode): not a plain Secret reflection target."""
     keys = labels_of(obj) | annotations_of(obj)
@@ -74,16 +125,22 @@ def _metadata(
     remote_id: str,
     labels_not_reflected: Iterable[str],
     annotations_not_reflected: Iterable[str],
+    node_name: str | None,
 ) -> KubeObj:
+    # A local label can never forge a node mark (it would keep the copy alive for a node that is gone).
+    local_labels = {k: v for k, v in labels_of(local).items() if not k.startswith(c.CONFIG_USER_LABEL_PREFIX)}
+    labels = reflected_labels(
+        local_labels,
+        local_cluster_id=local_id,
+        remote_cluster_id=remote_id,
+        not_reflected=labels_not_reflected,
+    )
+    if node_name is not None:
+        labels[node_mark(node_name)] = "true"
     return {
         "name": name,
         "namespace": remote_ns,
-        "labels": reflected_labels(
-            labels_of(local),
-            local_cluster_id=local_id,
-            remote_cluster_id=remote_id,
-            not_reflected=labels_not_reflected,
-        ),
+        "labels": labels,
         "annotations": reflected_annotations(annotations_of(local), not_reflected=annotations_not_reflected),
     }
 
@@ -96,11 +153,12 @@ def forge_remote_secret(
     remote_id: str,
     labels_not_reflected: Iterable[str] = (),
     annotations_not_reflected: Iterable[str] = (),
+    node_name: str | None = None,
 ) -> KubeObj:
     """Apply body for the remote copy: same name; ``type``, ``data`` and ``immutable`` copied.
 
     ``stringData`` never appears on a stored Secret, so ``data`` is complete. Callers check
-    ``secret_skip_reason`` first; this function does not.
+    ``secret_skip_reason`` first; this function does not. ``node_name`` adds that node's mark.
     """
     body: KubeObj = {
         "apiVersion": "v1",
@@ -113,6 +171,7 @@ def forge_remote_secret(
             remote_id,
             labels_not_reflected,
             annotations_not_reflected,
+            node_name,
         ),
     }
     for field in ("type", "data", "immutable"):
@@ -129,6 +188,7 @@ def forge_remote_configmap(
     remote_id: str,
     labels_not_reflected: Iterable[str] = (),
     annotations_not_reflected: Iterable[str] = (),
+    node_name: str | None = None,
 ) -> KubeObj:
     """Apply body for the remote copy (root CA renamed): ``data``, ``binaryData``, ``immutable`` copied."""
     body: KubeObj = {
@@ -142,6 +202,7 @@ def forge_remote_configmap(
             remote_id,
             labels_not_reflected,
             annotations_not_reflected,
+            node_name,
         ),
     }
     for field in ("data", "binaryData", "immutable"):

@@ -106,6 +106,16 @@ def remote_configmap_name(name: str, local_cluster_id: str) -> str:
     return renamed
 
 
+def is_reserved_configmap_name(name: str, local_cluster_id: str) -> bool:
+    """True for a LOCAL ConfigMap whose name is the one the root CA copy takes on the pool.
+
+    Such an object cannot be copied under its own name without overwriting the renamed root CA (and a pod
+    mounting it would get the CA instead), so it is never a reflection target.
+    """
+    renamed = remote_configmap_name(c.ROOT_CA_CONFIGMAP, local_cluster_id)
+    return name != c.ROOT_CA_CONFIGMAP and name == renamed
+
+
 def local_configmap_name(remote_name: str, local_cluster_id: str) -> str:
     """Inverse of ``remote_configmap_name`` (maps remote events on the renamed CA back to the local key)."""
     if remote_name == remote_configmap_name(c.ROOT_CA_CONFIGMAP, local_cluster_id):

@@ -9,11 +9,14 @@ from typing import Any, Literal
 from reflectors.forge import constants as c
 from reflectors.forge.names import remote_configmap_name
 from reflectors.forge.pods import ReadObj, annotations_of, spec_of
+from reflectors.forge.shadowpod import APIServerSupport, effective_apiserver_support
 
 RefKind = Literal["Secret", "ConfigMap"]
 SECRET: RefKind = "Secret"
 CONFIGMAP: RefKind = "ConfigMap"
-CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+# What travels to the pool only: ephemeral containers are never copied to the ShadowPod (see
+# shadowpod.COPIED_SPEC_FIELDS), so what only they reference must not be copied either.
+CONTAINER_LISTS = ("containers", "initContainers")
 
 
 @dataclass(frozen=True, order=True)
@@ -67,14 +70,15 @@ def _container_refs(container: Mapping[str, Any]) -> Iterator[tuple[RefKind, str
             yield CONFIGMAP, ref.get("name") or "", bool(ref.get("optional"))
 
 
-def pod_references(pod: ReadObj) -> tuple[Reference, ...]:
+def pod_references(pod: ReadObj, apiserver_support: str = "disabled") -> tuple[Reference, ...]:
     """Every Secret/ConfigMap the pod references, deduplicated, sorted by (kind, name).
 
-    With the per-pod annotation ``liqo.io/api-server-support: remote`` the pod talks to the pool's API server
-    and mounts the pool's own ``kube-root-ca.crt``; that reference is then not ours to reflect and is omitted.
+    With the per-pod annotation ``liqo.io/api-server-support: remote`` honoured (API server support on)
+    the pod talks to the pool's API server and mounts the pool's own ``kube-root-ca.crt``; that reference
+    is then not ours to reflect and is omitted. With support off the annotation is ignored, as in the forge.
     """
     remote_apiserver = (
-        annotations_of(pod).get(c.APISERVER_SUPPORT_ANNOTATION) == c.APISERVER_SUPPORT_ANNOTATION_REMOTE
+        effective_apiserver_support(apiserver_support, annotations_of(pod)) is APIServerSupport.REMOTE
     )
     optional_by_key: dict[tuple[RefKind, str], bool] = {}
     for kind, name, optional in _raw_refs(pod):

@@ -7,9 +7,11 @@ Also pins invariants 2 (ownership guard), 3 (UID-precondition deletes, via the s
 from __future__ import annotations
 
 import base64
+import contextlib
 import secrets as pyrandom
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from e2e.controlplane import ControlPlane
 from e2e.vkbridge_proc import VkbridgeProcess
 from reflectors.forge import constants as c
 from reflectors.forge.names import remote_configmap_name
+from tests.fixtures_vkbridge import node_ready, vkbridge_options
 from tests.integration.helpers import (
     events_for,
     get,
@@ -295,3 +298,97 @@ def test_secret_values_never_reach_the_log_or_events(
         for form in (value, b64(value)):
             assert form not in log, "a Secret value reached the vkbridge log"
             assert form not in events, "a Secret value reached an Event"
+
+
+# ============================================= two virtual nodes sharing one remote namespace (issue 15)
+
+
+@contextlib.contextmanager
+def second_virtual_node(consumer: ControlPlane, bundle: Bundle, log_path: Path) -> Iterator[str]:
+    """A second vkbridge on the same peering (same consumer and pool ids, so the same remote namespaces),
+    as Liqo runs one virtual kubelet per VirtualNode of a ForeignCluster; yields its node name."""
+    node = f"{bundle.slug}-b"
+    opts = vkbridge_options(consumer, bundle, nodename=node, env={"VIRTUALNODE_NAME": bundle.slug})
+    proc = VkbridgeProcess(opts, log_path).start()
+    try:
+        try:
+            wait_until(lambda: node_ready(consumer, node) == "True", 60, f"node {node} Ready")
+        except TimeoutError:
+            print(proc.tail(80))
+            raise
+        yield node
+    finally:
+        proc.stop()
+        print(f"\nsecond vkbridge log: {log_path}")
+        consumer.api("DELETE", f"/api/v1/nodes/{node}")  # later tests must never be scheduled onto it
+        consumer.api("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}")
+
+
+def test_two_virtual_nodes_sharing_a_remote_namespace_never_delete_each_others_copies(
+    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
+    offloaded_ns: tuple[str, str], tmp_path: Path,
+) -> None:  # fmt: skip
+    ns, remote_ns = offloaded_ns
+    mark_a = f"{c.CONFIG_USER_LABEL_PREFIX}{bundle.slug}"
+    must(consumer, "POST", secret_path(ns), secret("shared", {"password": "p"}))
+    with second_virtual_node(consumer, bundle, tmp_path / "vkbridge-b.log") as node_b:
+        mark_b = f"{c.CONFIG_USER_LABEL_PREFIX}{node_b}"
+        for name, node in (("a", bundle.slug), ("b", node_b)):
+            pod = with_refs(pool_pod(bundle.slug, name, node_name=node), env_secrets=("shared",))
+            must(consumer, "POST", pod_path(ns), pod)
+        for name in ("a", "b"):
+            wait_until(lambda name=name: running(consumer, ns, name), 30, f"{name} Running")
+
+        def labels() -> dict[str, str]:
+            return ((get(pool, secret_path(remote_ns, "shared")) or {}).get("metadata") or {}).get(
+                "labels"
+            ) or {}
+
+        wait_until(lambda: {mark_a, mark_b} <= labels().keys(), 10, "both nodes' marks on the shared copy")
+        uid = get(pool, secret_path(remote_ns, "shared"))["metadata"]["uid"]  # type: ignore[index]
+
+        must(consumer, "DELETE", pod_path(ns, "a"))
+        wait_until(lambda: get(pool, shadow_path(remote_ns, "a")) is None, 15, "a's ShadowPod gone")
+        wait_until(lambda: mark_a not in labels(), 10, "node A's mark removed")
+        stays(lambda: (get(pool, secret_path(remote_ns, "shared")) or {"metadata": {}})["metadata"].get("uid")
+              == uid, 3.0, "the copy node B's pod uses (never deleted, never re-created)")  # fmt: skip
+        assert labels()[mark_b] == "true" and running(consumer, ns, "b")
+
+        must(consumer, "DELETE", pod_path(ns, "b"))
+        wait_until(lambda: get(pool, secret_path(remote_ns, "shared")) is None, 20,
+                   "the copy deleted once neither node needs it")  # fmt: skip
+
+
+def test_local_configmap_named_like_the_renamed_root_ca_is_refused_and_never_overwrites_it(
+    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
+    offloaded_ns: tuple[str, str],
+) -> None:  # fmt: skip
+    ns, remote_ns = offloaded_ns
+    reserved = remote_configmap_name(c.ROOT_CA_CONFIGMAP, bundle.consumer_id)
+    ca_volume = {"name": "ca", "projected": {"sources": [{"configMap": {"name": c.ROOT_CA_CONFIGMAP}}]}}
+    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "ca", extra_spec={"volumes": [ca_volume]}))
+    wait_until(lambda: running(consumer, ns, "ca"), 30, "ca Running")
+    local_ca = get(consumer, configmap_path(ns, c.ROOT_CA_CONFIGMAP))
+    assert local_ca is not None
+    wait_until(lambda: (get(pool, configmap_path(remote_ns, reserved)) or {}).get("data") == local_ca["data"],
+               10, "the root CA copy")  # fmt: skip
+
+    must(consumer, "POST", configmap_path(ns), configmap(reserved, {"ca.crt": "not the CA"}))
+    must(
+        consumer,
+        "POST",
+        pod_path(ns),
+        with_refs(pool_pod(bundle.slug, "clash"), volume_configmaps=(reserved,)),
+    )
+
+    def warned(name: str) -> bool:
+        return any(
+            e["type"] == "Warning" and "reserved" in e["message"] for e in events_for(consumer, ns, name)
+        )
+
+    wait_until(lambda: warned("clash"), 20, "a Warning on the pod naming the reserved ConfigMap")
+    wait_until(lambda: warned(reserved), 10, "a Warning on the ConfigMap itself")
+    assert phase(consumer, ns, "clash") == "Pending"
+    assert get(pool, shadow_path(remote_ns, "clash")) is None
+    remote_ca = get(pool, configmap_path(remote_ns, reserved))
+    assert remote_ca is not None and remote_ca["data"] == local_ca["data"]

@@ -17,7 +17,12 @@ from reflectors.forge.configuration import (
     forge_remote_configmap,
     forge_remote_secret,
     is_service_account_secret,
+    node_mark,
+    node_marks,
+    other_node_marks,
     policy_skip_reason,
+    release_action,
+    reserved_name_reason,
     secret_skip_reason,
 )
 
@@ -230,3 +235,66 @@ def test_is_service_account_secret(
 ) -> None:
     remote = {"metadata": {"name": "web-0-token", "labels": labels, "annotations": annotations}}
     assert is_service_account_secret(remote) is expected
+
+
+# --- copies shared by the virtual nodes of one remote namespace (issue 15 item 13) ---------------
+
+MARK_A = f"{c.CONFIG_USER_LABEL_PREFIX}node-a"
+MARK_B = f"{c.CONFIG_USER_LABEL_PREFIX}node-b"
+
+
+def copy_with(*marks: str) -> dict[str, Any]:
+    return {"metadata": {"name": "db", "labels": {**OURS, "app": "web", **dict.fromkeys(marks, "true")}}}
+
+
+def test_each_node_marks_the_copies_it_needs() -> None:
+    assert node_mark("node-a") == MARK_A
+    for forge in (secret_body, configmap_body):
+        labels = forge(obj("Secret"), node_name="node-a")["metadata"]["labels"]
+        assert labels == {"app": "web", **OURS, MARK_A: "true"}
+    assert MARK_A not in secret_body(obj("Secret"))["metadata"]["labels"]  # no node: no mark
+
+
+def test_a_local_label_cannot_forge_a_node_mark() -> None:
+    """Else a local Secret labelled for a gone node would keep its copy on the pool forever."""
+    local = obj("Secret")
+    local["metadata"]["labels"][MARK_B] = "true"
+    labels = secret_body(local, node_name="node-a")["metadata"]["labels"]
+    assert MARK_B not in labels and labels[MARK_A] == "true"
+
+
+def test_a_node_name_that_cannot_be_a_label_name_is_hashed() -> None:
+    long = "n" * 64
+    mark = node_mark(long)
+    assert mark.startswith(c.CONFIG_USER_LABEL_PREFIX) and len(mark.split("/", 1)[1]) <= 63
+    assert mark != node_mark("n" * 65) and mark == node_mark(long)
+
+
+def test_node_marks_and_the_other_nodes_marks() -> None:
+    remote = copy_with(MARK_A, MARK_B)
+    assert node_marks(remote) == {MARK_A: "true", MARK_B: "true"}
+    assert other_node_marks(remote, "node-a") == {MARK_B: "true"}
+    assert other_node_marks(None, "node-a") == {}
+
+
+@pytest.mark.parametrize(
+    ("marks", "action"),
+    [
+        pytest.param((MARK_A,), "delete", id="only-ours-delete"),
+        pytest.param((), "delete", id="unmarked-copy-from-before-marks-delete"),
+        pytest.param((MARK_A, MARK_B), "unmark", id="shared-drop-our-mark-only"),
+        pytest.param((MARK_B,), "keep", id="only-the-other-nodes-leave-it"),
+    ],
+)
+def test_release_deletes_a_copy_only_when_no_other_node_needs_it(marks: tuple[str, ...], action: str) -> None:
+    assert release_action(copy_with(*marks), "node-a") == action
+
+
+# --- a local ConfigMap named like the renamed root CA (issue 15 item 14) -------------------------
+
+
+def test_configmap_named_like_the_renamed_root_ca_is_refused_with_a_reason() -> None:
+    reason = reserved_name_reason("kube-root-ca.crt.c-1a2", LOCAL_ID)
+    assert reason is not None and "reserved" in reason and c.ROOT_CA_CONFIGMAP in reason
+    assert reserved_name_reason(c.ROOT_CA_CONFIGMAP, LOCAL_ID) is None
+    assert reserved_name_reason("app-config", LOCAL_ID) is None

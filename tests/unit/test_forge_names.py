@@ -10,6 +10,7 @@ from reflectors.forge.names import (
     InvalidName,
     MappingStrategy,
     is_dns1123_label,
+    is_reserved_configmap_name,
     local_configmap_name,
     mapping_problem,
     remote_configmap_name,
@@ -137,3 +138,24 @@ def test_mapping_problem_names_the_cause_and_the_fix(
         assert got is None
     else:
         assert got is not None and expected in got and "waits" in got
+
+
+@pytest.mark.parametrize(
+    ("name", "cluster_id", "reserved"),
+    [
+        pytest.param("kube-root-ca.crt.c-1a2", "c-1a2b3c4d", True, id="the-renamed-root-ca-name"),
+        pytest.param("kube-root-ca.crt.abcd-a", "abcd-efgh", True, id="renamed-with-appended-a"),
+        pytest.param("kube-root-ca.crt.abcd-", "abcd-efgh", False, id="before-the-a-is-appended"),
+        pytest.param("kube-root-ca.crt", "c-1a2b3c4d", False, id="the-root-ca-itself"),
+        pytest.param("kube-root-ca.crt.c-1a3", "c-1a2b3c4d", False, id="another-consumers-suffix"),
+        pytest.param("app-config", "c-1a2b3c4d", False, id="ordinary"),
+    ],
+)
+def test_local_configmap_named_like_the_renamed_root_ca_is_reserved(
+    name: str, cluster_id: str, reserved: bool
+) -> None:
+    assert is_reserved_configmap_name(name, cluster_id) is reserved
+    if reserved:  # exactly the names that would collide with the root CA copy on the pool
+        assert remote_configmap_name(name, cluster_id) == remote_configmap_name(
+            "kube-root-ca.crt", cluster_id
+        )

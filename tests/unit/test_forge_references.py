@@ -80,8 +80,8 @@ def env_from_secret(name: str, optional: bool | None = None) -> dict[str, Any]:
         ),
         pytest.param(
             {"ephemeralContainers": [container(envFrom=[{"configMapRef": {"name": "dbg"}, "prefix": "D_"}])]},
-            [Reference("ConfigMap", "dbg")],
-            id="ephemeral-container-env-from-configmap",
+            [],
+            id="ephemeral-containers-never-travel",
         ),
         pytest.param(
             {"imagePullSecrets": [{"name": "regcred"}, {"name": ""}]},
@@ -156,9 +156,31 @@ def test_ordinary_reference_keeps_its_remote_name() -> None:
 
 def test_root_ca_is_omitted_when_the_pod_uses_the_pool_api_server() -> None:
     annotations = {c.APISERVER_SUPPORT_ANNOTATION: c.APISERVER_SUPPORT_ANNOTATION_REMOTE}
-    assert pod_references(pod(ROOT_CA_SPEC, annotations)) == ()
+    assert pod_references(pod(ROOT_CA_SPEC, annotations), apiserver_support="tokenapi") == ()
+
+
+def test_remote_api_server_annotation_is_ignored_while_api_server_support_is_off() -> None:
+    """Issue 15 item 19: the forge ignores the annotation then, so the renamed root CA must be copied."""
+    annotations = {c.APISERVER_SUPPORT_ANNOTATION: c.APISERVER_SUPPORT_ANNOTATION_REMOTE}
+    (ref,) = pod_references(pod(ROOT_CA_SPEC, annotations), apiserver_support="disabled")
+    assert ref == Reference("ConfigMap", c.ROOT_CA_CONFIGMAP, optional=False, renamed=True)
 
 
 def test_secret_named_like_root_ca_is_not_renamed() -> None:
     spec = {"volumes": [{"name": "v", "secret": {"secretName": c.ROOT_CA_CONFIGMAP}}]}
     assert pod_references(pod(spec)) == (Reference("Secret", c.ROOT_CA_CONFIGMAP),)
+
+
+def test_secrets_referenced_only_by_ephemeral_containers_are_not_copied() -> None:
+    """Ephemeral containers are never copied to the ShadowPod, so neither is what only they reference."""
+    debug = container(
+        name="debugger",
+        env=[env_from_secret("debug-token")],
+        envFrom=[{"secretRef": {"name": "debug-env"}}, {"configMapRef": {"name": "debug-cfg"}}],
+    )
+    spec = {"containers": [container(env=[env_from_secret("db")])], "ephemeralContainers": [debug]}
+    assert pod_references(pod(spec)) == (Reference("Secret", "db"),)
+    # A reference shared with a container that travels is kept, with that container's optional flag.
+    shared = {"containers": [container(env=[env_from_secret("db", optional=True)])],
+              "ephemeralContainers": [container(env=[env_from_secret("db", optional=False)])]}  # fmt: skip
+    assert pod_references(pod(shared)) == (Reference("Secret", "db", optional=True),)

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import copy
+import dataclasses
 import itertools
 import logging
 import uuid
@@ -159,6 +160,7 @@ REMOTE_ID = "c0123456789ab"
 NS, REMOTE_NS = "team", f"team-{LOCAL_ID}"
 ROOT_CA_REMOTE = "kube-root-ca.crt.c-1a2"
 OURS = {c.ORIGIN_LABEL: LOCAL_ID, c.DESTINATION_LABEL: REMOTE_ID}
+MARK = f"{c.CONFIG_USER_LABEL_PREFIX}{REMOTE_ID}"  # the Env's node is named like the pool
 SECRET_VALUE = "s3cr3t-" + uuid.uuid4().hex  # must never reach a log line
 SECRET_B64 = base64.b64encode(SECRET_VALUE.encode()).decode()
 
@@ -270,6 +272,12 @@ class FakeApi:
         want_rv = (patch.get("metadata") or {}).get("resourceVersion")
         if want_rv and want_rv != obj["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", "the object has been modified")
+        labels = obj["metadata"].setdefault("labels", {})
+        for k, v in ((patch.get("metadata") or {}).get("labels") or {}).items():
+            if v is None:
+                labels.pop(k, None)
+            else:
+                labels[k] = v
         for fld in ("data", "binaryData"):
             for k, v in (patch.get(fld) or {}).items():
                 if v is None:
@@ -280,7 +288,8 @@ class FakeApi:
         return copy.deepcopy(self.put(resource.plural, obj))
 
     async def delete(self, resource: Resource, name: str, namespace: str | None = None, *,
-                     preconditions_uid: str | None = None, **_kw: Any) -> dict[str, Any]:  # fmt: skip
+                     preconditions_uid: str | None = None, preconditions_resource_version: str | None = None,
+                     **_kw: Any) -> dict[str, Any]:  # fmt: skip
         self.calls.append(("delete", resource.plural, namespace or "", name))
         self.deletes.append((resource.plural, name, preconditions_uid))
         key = (resource.plural, namespace or "", name)
@@ -289,6 +298,8 @@ class FakeApi:
             raise ApiError(404, "NotFound", "not found")
         if preconditions_uid is not None and preconditions_uid != obj["metadata"]["uid"]:
             raise ApiError(409, "Conflict", "the UID in the precondition does not match")
+        if preconditions_resource_version not in (None, obj["metadata"]["resourceVersion"]):
+            raise ApiError(409, "Conflict", "the ResourceVersion in the precondition does not match")
         self.remove(*key)
         return {"kind": "Status"}
 
@@ -369,8 +380,8 @@ class FakePods:
     def __init__(self) -> None:
         self.pods: list[dict[str, Any]] = []
 
-    def list(self) -> list[dict[str, Any]]:
-        return list(self.pods)
+    def list(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        return [p for p in self.pods if namespace is None or p["metadata"]["namespace"] == namespace]
 
 
 class Env:
@@ -462,7 +473,7 @@ async def test_ensure_applies_exactly_the_referenced_objects() -> None:
         assert copy_ is not None
         assert copy_["data"] == {"password": SECRET_B64}
         assert copy_["type"] == "Opaque"
-        assert copy_["metadata"]["labels"] == OURS
+        assert copy_["metadata"]["labels"] == {**OURS, MARK: "true"}
         pull = env.pool.obj("secrets", REMOTE_NS, "pull")
         assert pull is not None and pull["type"] == "kubernetes.io/dockerconfigjson"
         ca = env.pool.obj("configmaps", REMOTE_NS, ROOT_CA_REMOTE)
@@ -700,3 +711,155 @@ async def test_stop_pair_forgets_the_namespace_and_leaves_copies_alone() -> None
         refl.release_pod("team/a")
         await asyncio.sleep(0.1)
         assert ("Secret", "db") in env.remote_names()
+
+
+# ============================================= copies shared by two virtual nodes (issue 15 item 13)
+
+MARK_B = f"{c.CONFIG_USER_LABEL_PREFIX}node-b"
+
+
+def second_node(env: Env, node_name: str = "node-b") -> ConfigurationReflector:
+    """Another virtual node of the same consumer mapping the same remote namespace (same ids, same pool)."""
+    return ConfigurationReflector(dataclasses.replace(env.ctx, node_name=node_name), 2, local_pods=FakePods())
+
+
+@contextlib.asynccontextmanager
+async def running_node(refl: ConfigurationReflector) -> AsyncIterator[ConfigurationReflector]:
+    async with asyncio.TaskGroup() as tg:
+        refl.start_pair(NS, REMOTE_NS, tg.create_task)
+        workers = tg.create_task(refl.run())
+        await asyncio.wait_for(refl.wait_synced(NS), 2)
+        try:
+            yield refl
+        finally:
+            refl.stop()
+            refl.stop_pair(NS)
+            await workers
+
+
+def remote_labels(env: Env, name: str = "db") -> dict[str, str]:
+    obj = env.pool.obj("secrets", REMOTE_NS, name)
+    return {} if obj is None else dict(obj["metadata"].get("labels") or {})
+
+
+async def test_two_nodes_share_a_copy_and_releasing_one_node_keeps_it_for_the_other() -> None:
+    env = Env()
+    env.home.put("secrets", secret("db"))
+    async with env.running() as node_a, running_node(second_node(env)) as node_b:
+        assert await node_a.ensure_for_pod(NS, pod("a", env_secret="db")) == []
+        assert await node_b.ensure_for_pod(NS, pod("b", env_secret="db")) == []
+        await eventually(lambda: {MARK, MARK_B} <= remote_labels(env).keys(), "both nodes' marks")
+        uid = env.pool.obj("secrets", REMOTE_NS, "db")["metadata"]["uid"]  # type: ignore[index]
+
+        node_a.release_pod("team/a")
+        await eventually(lambda: MARK not in remote_labels(env), "node A's mark removed")
+        await settled(env)
+        await asyncio.sleep(0.1)
+        copy_ = env.pool.obj("secrets", REMOTE_NS, "db")
+        assert copy_ is not None and copy_["metadata"]["uid"] == uid, "node A deleted node B's copy"
+        assert remote_labels(env)[MARK_B] == "true"
+
+        node_b.release_pod("team/b")
+        await eventually(lambda: env.pool.obj("secrets", REMOTE_NS, "db") is None, "deleted by the last user")
+
+
+async def test_release_racing_another_nodes_mark_never_deletes_the_copy() -> None:
+    """Node B marks the copy after node A's cache last saw it: A's conditional delete conflicts, A decides
+    again from the newer view and only removes its own mark."""
+    env = Env()
+    env.home.put("secrets", secret("db"))
+    async with env.running() as node_a:
+        assert await node_a.ensure_for_pod(NS, pod("a", env_secret="db")) == []
+        await settled(env)
+        marked = copy.deepcopy(env.pool.obj("secrets", REMOTE_NS, "db"))
+        assert marked is not None
+        marked["metadata"]["labels"][MARK_B] = "true"
+        env.pool.put("secrets", marked, silent=True)  # node A's watch has not delivered it yet
+        node_a.release_pod("team/a")
+        await asyncio.sleep(0.3)
+        still = env.pool.obj("secrets", REMOTE_NS, "db")
+        assert still is not None, "deleted although node B marked it"
+        env.pool.put("secrets", still)  # the watch catches up
+        await eventually(lambda: MARK not in remote_labels(env), "node A's mark removed")
+        assert remote_labels(env)[MARK_B] == "true"
+
+
+async def test_sweep_at_start_leaves_copies_other_nodes_mark() -> None:
+    env = Env()
+    env.put_remote_copy("secrets", "theirs", {"k": "x"})
+    env.put_remote_copy("secrets", "shared", {"k": "x"})
+    env.put_remote_copy("secrets", "unmarked", {"k": "x"})
+    for name, marks in (("theirs", {MARK_B: "true"}), ("shared", {MARK: "true", MARK_B: "true"})):
+        obj = copy.deepcopy(env.pool.obj("secrets", REMOTE_NS, name))
+        assert obj is not None
+        obj["metadata"]["labels"].update(marks)
+        env.pool.put("secrets", obj)
+    async with env.running():
+        await eventually(
+            lambda: ("Secret", "unmarked") not in env.remote_names(), "the unmarked leftover swept"
+        )
+        await eventually(
+            lambda: MARK not in remote_labels(env, "shared"), "our mark removed from the shared one"
+        )
+        await settled(env)
+        assert {("Secret", "theirs"), ("Secret", "shared")} <= env.remote_names()
+        assert remote_labels(env, "theirs")[MARK_B] == remote_labels(env, "shared")[MARK_B] == "true"
+
+
+async def test_update_by_one_node_keeps_the_other_nodes_mark() -> None:
+    env = Env()
+    env.home.put("secrets", secret("db", {"password": "one"}))
+    async with env.running() as node_a, running_node(second_node(env)) as node_b:
+        assert await node_a.ensure_for_pod(NS, pod("a", env_secret="db")) == []
+        assert await node_b.ensure_for_pod(NS, pod("b", env_secret="db")) == []
+        env.home.put("secrets", secret("db", {"password": "two"}))
+        await eventually(lambda: env.pool.obj("secrets", REMOTE_NS, "db")["data"] == {"password": b64("two")},  # type: ignore[index]
+                         "the update reflected")  # fmt: skip
+        await settled(env)
+        assert {MARK, MARK_B} <= remote_labels(env).keys()
+
+
+# ============================== a local ConfigMap named like the renamed root CA (issue 15 item 14)
+
+
+async def test_local_configmap_named_like_the_renamed_root_ca_never_overwrites_it() -> None:
+    env = Env()
+    env.home.put("configmaps", configmap("kube-root-ca.crt", {"ca.crt": "PEM"}))
+    env.home.put("configmaps", configmap(ROOT_CA_REMOTE, {"ca.crt": "NOT THE CA"}))
+    async with env.running() as refl:
+        assert await refl.ensure_for_pod(NS, pod("ca", root_ca=True)) == []
+        missing = await refl.ensure_for_pod(NS, pod("clash", volume_cm=ROOT_CA_REMOTE))
+        assert len(missing) == 1 and missing[0].startswith(f'ConfigMap "{ROOT_CA_REMOTE}" (')
+        assert "reserved" in missing[0]
+        optional = pod("optional")
+        optional["spec"]["volumes"] = [{"name": "v", "configMap": {"name": ROOT_CA_REMOTE, "optional": True}}]
+        assert len(await refl.ensure_for_pod(NS, optional)) == 1  # on the pool that name holds the CA
+        await settled(env)
+        ca = env.pool.obj("configmaps", REMOTE_NS, ROOT_CA_REMOTE)
+        assert ca is not None and ca["data"] == {"ca.crt": "PEM"}
+        assert [(e[0], e[1], e[2], e[3]) for e in env.recorder.events] == [
+            ("ConfigMap", ROOT_CA_REMOTE, "Warning", c.EVENT_FAILED_REFLECTION)
+        ]
+        refl.release_pod("team/clash")
+        refl.release_pod("team/optional")
+        await settled(env)
+        assert env.pool.obj("configmaps", REMOTE_NS, ROOT_CA_REMOTE) is not None  # still the CA pod's
+        refl.release_pod("team/ca")
+        await eventually(lambda: env.remote_names() == set(), "the CA copy released")
+        assert env.home.obj("configmaps", NS, ROOT_CA_REMOTE) is not None
+
+
+# ============================== what only ephemeral containers reference stays home (issue 15 item 15)
+
+
+async def test_secret_referenced_only_by_an_ephemeral_container_is_not_copied() -> None:
+    env = Env()
+    env.home.put("secrets", secret("db"))
+    env.home.put("secrets", secret("debug-token"))
+    p = pod("web", env_secret="db")
+    p["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox", "envFrom": [
+        {"secretRef": {"name": "debug-token"}}, {"secretRef": {"name": "absent"}}]}]  # fmt: skip
+    async with env.running() as refl:
+        assert await refl.ensure_for_pod(NS, p) == []  # "absent" does not hold the pod back either
+        await settled(env)
+        assert env.remote_names() == {("Secret", "db")}
