@@ -5,7 +5,10 @@ its slow path, int32 exponent arithmetic, rounding up to 1n away from zero, the 
 binary-suffixed values only, and its odd acceptances such as ``"."``, ``"-"`` or ``"Mi"`` meaning zero), so
 the grant arithmetic agrees with what the API server and the provider's webhook compute. The one deliberate
 difference: values of magnitude >= 10**100 (apimachinery keeps them as unbounded decimals) raise
-`QuantityError`, because an exact Python value of ``1e999999999`` would not fit in memory.
+`QuantityError`, because an exact Python value of ``1e999999999`` would not fit in memory; so do values
+with more than `MAX_SIGNIFICANT_DIGITS` significant digits (trailing zeros do not count), which
+apimachinery would round to 1n but Python cannot even read as an integer (its 4,300-digit conversion
+limit), and exponents too long for an int64 are refused as Go's ``strconv.ParseInt`` refuses them.
 
 `format_quantity` renders a value for human messages (``2``, ``500m``, ``1.5Gi``); its output parses back to
 the same value.
@@ -31,6 +34,8 @@ MAX_INT64: Final = 2**63 - 1
 NANO: Final = Fraction(1, 10**9)
 #: Magnitudes at or above 10**MAX_DIGITS are refused (see the module docstring).
 MAX_DIGITS: Final = 100
+#: More significant digits than this are refused (below Python's smallest int-str conversion limit, 640).
+MAX_SIGNIFICANT_DIGITS: Final = 512
 
 _DECIMAL_SUFFIXES: Final = {
     "n": -9,
@@ -134,7 +139,8 @@ def _interpret(suffix: str, original: str) -> tuple[int, int, bool]:
     if suffix in _BINARY_SUFFIXES:
         return 2, _BINARY_SUFFIXES[suffix], True
     if len(suffix) > 1 and suffix[0] in "eE" and _GO_INT.match(suffix[1:]):
-        parsed = int(suffix[1:])
+        sign, digits = (-1 if suffix[1] == "-" else 1), suffix[1:].lstrip("+-").lstrip("0") or "0"
+        parsed = sign * int(digits) if len(digits) <= 19 else 2**63  # longer: out of int64 range
         if -(2**63) <= parsed < 2**63:  # strconv.ParseInt(..., 10, 64)
             return 10, _i32(parsed), False
     raise QuantityError(f"unable to parse quantity's suffix: {original!r}")
@@ -154,6 +160,15 @@ def _decimal(sig: int, exp10: int, original: str) -> Fraction:
 
 def parse_quantity(s: str) -> Fraction:
     """Parse a quantity exactly as apimachinery's ParseQuantity does; QuantityError where it refuses."""
+    try:
+        return _parse(s)
+    except QuantityError:
+        raise
+    except ValueError as exc:  # a limit of Python's, not of the quantity: still the caller's bad input
+        raise QuantityError(f"cannot parse quantity {s[:40]!r}...: {exc}") from None
+
+
+def _parse(s: str) -> Fraction:
     if not isinstance(s, str):
         raise QuantityError(f"a quantity must be a string, not {type(s).__name__}")
     if not s:
@@ -205,7 +220,14 @@ def parse_quantity(s: str) -> Fraction:
     if len(sig_digits) + 19 - dec_scale < -9:
         # Far below 1n: apimachinery rounds any non-zero value up to 1n.
         return NANO if positive else -NANO
-    magnitude = round_nano(Fraction(int(sig_digits) << bin_exp) / Fraction(10) ** dec_scale)
+    significant = sig_digits.rstrip("0")
+    dec_scale -= len(sig_digits) - len(significant)  # same value, fewer digits to convert
+    if len(significant) > MAX_SIGNIFICANT_DIGITS:
+        raise QuantityError(
+            f"quantity has {len(significant)} significant digits, more than {MAX_SIGNIFICANT_DIGITS}: "
+            f"{s[:40]!r}..."
+        )
+    magnitude = round_nano(Fraction(int(significant) << bin_exp) / Fraction(10) ** dec_scale)
     if binary and magnitude > MAX_INT64:
         magnitude = Fraction(MAX_INT64)
     if magnitude >= _MAX_DIGITS_BOUND:

@@ -38,7 +38,9 @@ from e2e.emulator.rbac import VK_REMOTE_RULES
 from e2e.fakekubelet import FakeKubeletHandle
 from e2e.fixtures_pool import POOL_NODES
 from e2e.pki import CertAuthority
-from vkbridge.kube.client import KubeClient
+from vkbridge.kube.cache import Cache
+from vkbridge.kube.client import PODS, KubeClient
+from vkbridge.kube.health import HealthChecks
 from vkbridge.kube.kubeconfig import parse_kubeconfig
 from vkbridge.kubeletapi.channels import V5, StreamOptions
 from vkbridge.kubeletapi.metrics_server import MetricsServer
@@ -179,6 +181,11 @@ def env(
     # Our identities: on the consumer a delegated authn/authz reviewer, on the pool a cluster admin.
     consumer.kubectl("create", "clusterrolebinding", f"kapi-{tag}", "--clusterrole=system:auth-delegator",
                      f"--user=vkbridge-kubeletapi-{tag}")  # fmt: skip
+    # ...that reads pods (the pod cache) and ConfigMaps (the client CA), as deploy/rbac.yaml grants.
+    consumer.kubectl("create", "clusterrole", f"kapi-read-{tag}", "--verb=get,list,watch",
+                     "--resource=pods,configmaps")  # fmt: skip
+    consumer.kubectl("create", "clusterrolebinding", f"kapi-read-{tag}", f"--clusterrole=kapi-read-{tag}",
+                     f"--user=vkbridge-kubeletapi-{tag}")  # fmt: skip
     hc, hk = consumer.issue_client_cert(f"vkbridge-kubeletapi-{tag}")
     pc, pk = pool.issue_client_cert(f"vkbridge-pool-{tag}", ["system:masters"])
     assert hk is not None and pk is not None
@@ -199,8 +206,22 @@ def env(
     for name in (ns, stray):
         consumer.api("DELETE", f"/api/v1/namespaces/{name}")
     consumer.api("DELETE", f"/api/v1/nodes/{node}")
-    consumer.kubectl("delete", "clusterrolebinding", f"kapi-{tag}", check=False)
+    consumer.kubectl("delete", "clusterrolebinding", f"kapi-{tag}", f"kapi-read-{tag}", check=False)
+    consumer.kubectl("delete", "clusterrole", f"kapi-read-{tag}", check=False)
     pool.api("DELETE", f"/api/v1/namespaces/{remote}", {"gracePeriodSeconds": 0})
+
+
+@contextlib.asynccontextmanager
+async def node_pods(home: KubeClient, node: str) -> AsyncIterator[Cache]:
+    """The pods bound to ``node``, as the engine's cache keeps them (compact), synced and following."""
+    cache = Cache(home, PODS, field_selector=f"spec.nodeName={node}", name="consumer/pods", compact=True)
+    task = asyncio.create_task(cache.run())
+    try:
+        assert await cache.wait_synced(30)
+        yield cache
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 @pytest.fixture
@@ -208,25 +229,26 @@ async def server(env: Env) -> AsyncIterator[KubeletServer]:
     home = KubeClient(parse_kubeconfig(env.home_kubeconfig), name="consumer")
     pool = KubeClient(parse_kubeconfig(env.pool_kubeconfig), name="pool")
     ctx = server_context(*env.serving, env.workdir)
-    srv = KubeletServer(
-        home,
-        pool,
-        node_name=env.node,
-        listen_host="127.0.0.1",
-        port=env.port,
-        ssl_context_provider=lambda: ctx,
-        client_ca_pem=env.consumer.ca_pem,
-        remote_namespace=env.remote_namespace,
-        local_pods=lambda: env.pods,
-    )
-    await srv.start()
-    await srv.wait_serving(5)
-    try:
-        yield srv
-    finally:
-        await srv.stop()
-        await home.close()
-        await pool.close()
+    async with node_pods(home, env.node) as local_pods:
+        srv = KubeletServer(
+            home,
+            pool,
+            node_name=env.node,
+            listen_host="127.0.0.1",
+            port=env.port,
+            ssl_context_provider=lambda: ctx,
+            client_ca_pem=env.consumer.ca_pem,
+            remote_namespace=env.remote_namespace,
+            local_pods=local_pods,
+        )
+        await srv.start()
+        await srv.wait_serving(5)
+        try:
+            yield srv
+        finally:
+            await srv.stop()
+            await home.close()
+            await pool.close()
 
 
 async def eventually(cond: Callable[[], bool], timeout: float, what: str) -> None:
@@ -321,6 +343,71 @@ async def test_logs_of_a_pod_in_a_namespace_we_do_not_reflect_is_404(env: Env, s
     )
     status, body = await _get(env, f"/containerLogs/{env.ns}/ghost/main", cert=(admin, key))
     assert status == 404 and 'pods "ghost" not found' in body, body  # the pool's own NotFound
+
+
+async def _ws_exec(env: Env, path: str, cert: tuple[bytes, bytes]) -> tuple[int, bytes]:
+    """(HTTP status of the upgrade, stdout) of ``echo reached`` sent straight to our kubelet API (v5)."""
+    params = [("command", "echo"), ("command", "reached"), ("output", "1")]
+    out = b""
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.ws_connect(f"wss://127.0.0.1:{env.port}{path}", params=params, protocols=(V5,),
+                            ssl=client_context(env, cert)) as ws,
+        ):  # fmt: skip
+            async for msg in ws:
+                if msg.type == aiohttp.WSMsgType.BINARY and msg.data[:1] == b"\x01":
+                    out += msg.data[1:]
+    except aiohttp.WSServerHandshakeError as exc:
+        return exc.status, b""
+    return 101, out
+
+
+async def test_logs_and_exec_reach_only_pods_bound_to_this_node_with_the_uid_given(
+    env: Env, server: KubeletServer
+) -> None:
+    """The pool namespace also holds pods we must not reach: another virtual node's (its local pod is
+    bound elsewhere) and pods with no local counterpart. A kubelet answers 404 for a pod it does not run,
+    and for a UID in the path that is not its pod's."""
+    other = f"{env.node}-other"
+    _api_ok(env.consumer, "POST", "/api/v1/nodes", {"metadata": {"name": other}})
+    remote_pods = ("elsewhere", "orphan")
+    try:
+        _api_ok(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/pods", _pod("elsewhere", other))
+        for name in remote_pods:
+            body = _pod(name, POOL_NODES[0], ["sh", "-c", TICKER])
+            _api_ok(env.pool, "POST", f"/api/v1/namespaces/{env.remote_ns}/pods", body)
+        await eventually(
+            lambda: all(
+                env.pool.api("GET", f"/api/v1/namespaces/{env.remote_ns}/pods/{n}")[1]
+                .get("status", {})
+                .get("phase")
+                == "Running"
+                for n in remote_pods
+            ),
+            30,
+            "the pool pods to run",
+        )
+        admin, key = env.consumer.issue_client_cert("reach-admin", ["system:masters"])
+        assert key is not None
+        for name in remote_pods:
+            status, text = await _get(env, f"/containerLogs/{env.ns}/{name}/main", cert=(admin, key))
+            assert (status, text) == (404, f'pods "{name}" not found on node {env.node}')
+            assert await _ws_exec(env, f"/exec/{env.ns}/{name}/main", (admin, key)) == (404, b"")
+            assert await _ws_exec(env, f"/attach/{env.ns}/{name}/main", (admin, key)) == (404, b"")
+        uid = env.pods[0]["metadata"]["uid"]  # "app": ours
+        assert await _ws_exec(env, f"/exec/{env.ns}/app/{uid}/main", (admin, key)) == (101, b"reached\n")
+        assert await _ws_exec(env, f"/exec/{env.ns}/app/main", (admin, key)) == (101, b"reached\n")
+        assert await _ws_exec(env, f"/exec/{env.ns}/app/{uuid.uuid4()}/main", (admin, key)) == (404, b"")
+        status, text = await _get(env, f"/containerLogs/{env.ns}/app/main", cert=(admin, key))
+        assert status == 200 and text.startswith("line-1\n"), text
+    finally:
+        env.consumer.api("DELETE", f"/api/v1/namespaces/{env.ns}/pods/elsewhere", {"gracePeriodSeconds": 0})
+        for name in remote_pods:
+            env.pool.api(
+                "DELETE", f"/api/v1/namespaces/{env.remote_ns}/pods/{name}", {"gracePeriodSeconds": 0}
+            )
+        env.consumer.api("DELETE", f"/api/v1/nodes/{other}")
 
 
 # ---------------------------------------------------------------------------------------------- exec
@@ -504,13 +591,27 @@ async def test_stats_summary_and_pods(env: Env, server: KubeletServer) -> None:
     summary = json.loads(body)
     assert summary["node"]["nodeName"] == env.node and summary["node"]["startTime"]
     refs = {(p["podRef"]["namespace"], p["podRef"]["name"]) for p in summary["pods"]}
-    assert refs == {(env.ns, "app"), (env.stray_ns, "stray")}
+    assert {(env.ns, "app"), (env.stray_ns, "stray")} <= refs  # (other tests add pods to the node)
     assert all(p["podRef"]["uid"] for p in summary["pods"])
     assert "cpu" not in summary["node"]  # the pool has no metrics API: no usage numbers
     for path in ("/pods", "/runningpods/"):
         status, body = await _get(env, path, cert=(admin, key))
         assert status == 200, body
-        assert [p["metadata"]["name"] for p in json.loads(body)["items"]] == ["app", "stray"]
+        items = json.loads(body)["items"]
+        assert {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in items} == refs
+        assert {p["spec"]["nodeName"] for p in items} == {env.node}
+
+
+async def test_runningpods_without_the_trailing_slash_is_served_as_client_go_calls_it(
+    env: Env, server: KubeletServer
+) -> None:
+    admin, key = env.consumer.issue_client_cert("runningpods-admin", ["system:masters"])
+    assert key is not None
+    status, body = await _get(env, "/runningpods", cert=(admin, key))
+    assert status == 200, body
+    assert (env.ns, "app") in {
+        (p["metadata"]["namespace"], p["metadata"]["name"]) for p in json.loads(body)["items"]
+    }
 
 
 # ---------------------------------------------------------------------------------------------- SPDY to the pool
@@ -701,6 +802,56 @@ async def test_client_certificates_authenticate_and_foreign_ones_are_refused(
 # ---------------------------------------------------------------------------------------------- TLS life cycle
 
 
+async def test_a_changed_client_ca_is_trusted_without_a_restart(env: Env) -> None:
+    """A kubelet reloads its client CA file; ours is a ConfigMap (extension-apiserver-authentication in
+    kube-system, which kube-apiserver itself rewrites, so a test copy here): a new CA in it admits
+    kube-apiserver's new client certificate without restarting vkbridge."""
+    tag = uuid.uuid4().hex[:5]
+    cm = f"client-ca-{tag}"
+    old = CertAuthority.create("retired-client-ca")
+    _api_ok(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/configmaps",
+            {"metadata": {"name": cm}, "data": {"client-ca-file": old.cert_pem.decode()}})  # fmt: skip
+    home = KubeClient(parse_kubeconfig(env.home_kubeconfig), name="consumer")
+    pool = KubeClient(parse_kubeconfig(env.pool_kubeconfig), name="pool")
+    ctx = server_context(*env.serving, env.workdir)
+    no_pods = Cache(home, PODS, name="never-run")  # this test reads no pod
+    srv = KubeletServer(home, pool, node_name=env.node, listen_host="127.0.0.1", port=0,
+                        ssl_context_provider=lambda: ctx, client_ca_pem=old.cert_pem,
+                        client_ca_configmap=f"{env.ns}/{cm}", remote_namespace=env.remote_namespace,
+                        local_pods=no_pods)  # fmt: skip
+    admin, admin_key = env.consumer.issue_client_cert("ca-reload-admin", ["system:masters"])
+    assert admin_key is not None
+    client = client_context(env, (admin, admin_key))
+
+    async def status() -> int | None:
+        """/pods with kube-apiserver's kind of client certificate; None: the handshake was refused."""
+        try:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"https://127.0.0.1:{srv.port}/pods", ssl=client) as r,
+            ):
+                return r.status
+        except aiohttp.ClientError:
+            return None
+
+    try:
+        await srv.start()
+        await srv.wait_serving(5)
+        assert await status() is None  # signed by the consumer CA, which is not trusted yet
+        _api_ok(env.consumer, "PATCH", f"/api/v1/namespaces/{env.ns}/configmaps/{cm}",
+                {"data": {"client-ca-file": env.consumer.ca_pem.decode()}},
+                content_type="application/merge-patch+json")  # fmt: skip
+        deadline = time.monotonic() + 15
+        while (got := await status()) != 200:
+            assert time.monotonic() < deadline, f"still {got} after the CA changed"
+            await asyncio.sleep(0.2)
+        assert srv.tls.client_ca_reloads == 1
+    finally:
+        await srv.stop()
+        await home.close()
+        await pool.close()
+
+
 async def test_waits_for_a_serving_certificate_then_rotates_it_without_restarting(
     env: Env, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -708,9 +859,10 @@ async def test_waits_for_a_serving_certificate_then_rotates_it_without_restartin
     holder: dict[str, ssl.SSLContext | None] = {"ctx": None}
     home = KubeClient(parse_kubeconfig(env.home_kubeconfig), name="consumer")
     pool = KubeClient(parse_kubeconfig(env.pool_kubeconfig), name="pool")
+    no_pods = Cache(home, PODS, name="never-run")  # this test reads no pod
     srv = KubeletServer(home, pool, node_name=env.node, listen_host="127.0.0.1", port=0,
                         ssl_context_provider=lambda: holder["ctx"], client_ca_pem=env.consumer.ca_pem,
-                        remote_namespace=env.remote_namespace, local_pods=lambda: env.pods)  # fmt: skip
+                        remote_namespace=env.remote_namespace, local_pods=no_pods)  # fmt: skip
     ca = env.consumer.ca
     client_ctx = ssl.create_default_context(cadata=env.consumer.ca_pem.decode())
     try:
@@ -759,8 +911,12 @@ async def test_waits_for_a_serving_certificate_then_rotates_it_without_restartin
 async def test_metrics_server_serves_the_registry_and_probes() -> None:
     metrics = Metrics()
     metrics.reflected_pods.set(7)
-    state = {"ok": True, "why": ""}
-    srv = MetricsServer(metrics, "127.0.0.1", 0, lambda: (bool(state["ok"]), str(state["why"])))
+    state: dict[str, str | None] = {"leader": None}
+    livez, readyz = HealthChecks("livez", failure_status=500), HealthChecks("readyz")
+    livez.add("ping", lambda: None)
+    readyz.add("ping", lambda: None)
+    readyz.add("leader", lambda: state["leader"])
+    srv = MetricsServer(metrics, "127.0.0.1", 0, livez=livez, readyz=readyz)
     await srv.start()
     try:
         base = f"http://127.0.0.1:{srv.port}"
@@ -768,12 +924,23 @@ async def test_metrics_server_serves_the_registry_and_probes() -> None:
             async with http.get(base + "/metrics") as r:
                 assert r.status == 200 and r.content_type == "text/plain"
                 assert "vkbridge_reflected_pods 7.0" in await r.text()
-            for path in ("/healthz", "/readyz"):
+            for path in ("/healthz", "/livez", "/readyz", "/readyz/leader", "/livez/ping"):
                 async with http.get(base + path) as r:
-                    assert (r.status, await r.text()) == (200, "ok")
-            state.update(ok=False, why="pool unreachable")
+                    assert (r.status, await r.text()) == (200, "ok"), path
+            state["leader"] = "standby: lease t/n held by vk-a"
             async with http.get(base + "/readyz") as r:
-                assert (r.status, await r.text()) == (503, "pool unreachable")
+                assert r.status == 503
+                assert await r.text() == (
+                    "[+]ping ok\n[-]leader failed: standby: lease t/n held by vk-a\nreadyz check failed\n"
+                )
+            async with http.get(base + "/readyz/leader") as r:
+                assert r.status == 503 and "[-]leader failed" in await r.text()
+            async with http.get(base + "/readyz?exclude=leader") as r:
+                assert (r.status, await r.text()) == (200, "ok")
+            async with http.get(base + "/livez?verbose") as r:
+                assert (r.status, await r.text()) == (200, "[+]ping ok\nlivez check passed\n")
+            async with http.get(base + "/readyz/nonexistent") as r:
+                assert r.status == 404
     finally:
         await srv.stop()
 

@@ -86,6 +86,21 @@ def test_user_from_verified_peer_certificate() -> None:
     assert user_from_peercert({"subject": ((("organizationName", "x"),),)}) is None  # no CN, no user
 
 
+def test_a_certificate_with_two_common_names_is_the_last_one_as_in_go() -> None:
+    """Go's pkix.Name.FillFromRDNSequence overwrites CommonName at each CN and appends every O:
+    kube-apiserver (and a kubelet) see the last CN, so we must too, or one certificate is two users."""
+    cert = {
+        "subject": (
+            (("commonName", "system:anonymous-looking"),),
+            (("organizationName", "team-a"),),
+            (("commonName", "alice"), ("organizationName", "team-b")),  # a multi-valued RDN
+        )
+    }
+    assert user_from_peercert(cert) == UserInfo("alice", groups=("team-a", "team-b", "system:authenticated"))
+    empty_last = {"subject": ((("commonName", "alice"),), (("commonName", ""),))}
+    assert user_from_peercert(empty_last) is None  # Go's last CN is empty: no user, as the apiserver says
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0

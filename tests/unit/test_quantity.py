@@ -240,3 +240,24 @@ def test_round_nano_rounds_away_from_zero_by_less_than_1n(value: Fraction) -> No
     assert abs(rounded) >= abs(value)
     assert abs(rounded - value) < NANO
     assert (rounded > 0) == (value > 0) or value == 0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1." + "1" * 5000,  # Python cannot read 5,000 digits as an int (its 4,300-digit limit)
+        "0." + "7" * 5000 + "Mi",
+        "1e" + "1" * 5000,  # an exponent far beyond int64: strconv.ParseInt refuses it
+        "1e-" + "9" * 5000,
+    ],
+)
+def test_a_quantity_with_thousands_of_digits_is_a_quantity_error_not_a_bare_value_error(text: str) -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity(text)
+
+
+def test_thousands_of_zeros_still_parse_exactly_as_apimachinery() -> None:
+    assert parse_quantity("0.1" + "0" * 5000) == Fraction(1, 10)  # trailing zeros are not significant
+    assert parse_quantity("1e" + "0" * 5000 + "3") == 1000  # ParseInt takes leading zeros
+    assert parse_quantity("1e-" + "0" * 5000) == 1
+    assert parse_quantity("0." + "0" * 5000 + "1") == NANO  # far below 1n rounds up to 1n

@@ -278,10 +278,10 @@ def test_resize_decoder_handles_concatenated_and_split_objects() -> None:
     ("path", "route"),
     [
         ("/exec/ns/pod/c", StreamRoute("exec", "ns", "pod", "c")),
-        ("/exec/ns/pod/uid-1/c", StreamRoute("exec", "ns", "pod", "c")),
+        ("/exec/ns/pod/uid-1/c", StreamRoute("exec", "ns", "pod", "c", uid="uid-1")),
         ("/attach/ns/pod/c", StreamRoute("attach", "ns", "pod", "c")),
         ("/portForward/ns/pod", StreamRoute("portforward", "ns", "pod")),
-        ("/portForward/ns/pod/uid", StreamRoute("portforward", "ns", "pod")),
+        ("/portForward/ns/pod/uid", StreamRoute("portforward", "ns", "pod", uid="uid")),
         ("/exec/ns/pod", None),
         ("/exec/ns//c", None),
         ("/run/ns/pod/c", None),

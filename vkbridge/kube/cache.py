@@ -33,6 +33,7 @@ Handler = Callable[[EventType, Obj | None, Obj | None], None]
 Change = tuple[EventType, Obj | None, Obj | None]
 Objs = list[Obj]
 Keys = list[str]
+Blobs = list[bytes]
 
 PAGE_SIZE: Final = 500
 WATCH_TIMEOUT_SECONDS: Final = 290
@@ -132,9 +133,11 @@ class Cache:
         self.relists = 0
         self.expirations = 0
         self._store: dict[str, Obj | bytes] = {}
+        self._by_namespace: dict[str, dict[str, None]] = {}  # namespace -> its keys (ordered set)
         self._subscribers: list[Handler] = []
         self._synced = asyncio.Event()
         self._state = "idle"
+        self.problem = ""  # why it is in backoff (the first error), for "not syncing" reports
 
     # -- read side
 
@@ -151,8 +154,15 @@ class Cache:
         stored = self._store.get(key)
         return None if stored is None else self._unpack(stored)
 
-    def list(self) -> Objs:
-        return [self._unpack(v) for v in self._store.values()]
+    def list(self, namespace: str | None = None) -> Objs:
+        """Every object, or one namespace's: a compact cache decodes each one it returns (~90 us)."""
+        if namespace is None:
+            return [self._unpack(v) for v in self._store.values()]
+        return [self._unpack(self._store[k]) for k in self._by_namespace.get(namespace, ())]
+
+    def list_json(self) -> Blobs:
+        """Every object as JSON, without decoding a compact cache (a list body is these, joined)."""
+        return [v if isinstance(v, bytes) else orjson.dumps(v) for v in self._store.values()]
 
     def keys(self) -> Keys:
         return [*self._store]
@@ -270,6 +280,9 @@ class Cache:
             raise ApiError(500, "BadList", f"{self.name}: list without resourceVersion")
         old = {k: self._unpack(v) for k, v in self._store.items()}
         self._store = {k: self._pack(v) for k, v in new.items()}
+        self._by_namespace = {}
+        for key in new:
+            self._index(key)
         self.resource_version = str(rv)
         self.last_sync_time = time.time()
         if self.synced:
@@ -328,6 +341,19 @@ class Cache:
             return out
         return stored
 
+    def _index(self, key: str) -> None:
+        ns, sep, _ = key.partition("/")
+        if sep:
+            self._by_namespace.setdefault(ns, {})[key] = None
+
+    def _unindex(self, key: str) -> None:
+        ns, sep, _ = key.partition("/")
+        keys = self._by_namespace.get(ns) if sep else None
+        if keys is not None:
+            keys.pop(key, None)
+            if not keys:
+                del self._by_namespace[ns]
+
     def _keep(self, obj: Obj) -> Obj:
         obj = _slim(obj)
         return self._project(obj) if self._project is not None else obj
@@ -346,9 +372,12 @@ class Cache:
             stored = self._store.get(key)
             before = None if stored is None else self._unpack(stored)
             self._store[key] = self._pack(obj)
+            if before is None:
+                self._index(key)
             self._emit("MODIFIED" if before is not None else "ADDED", before, obj)
         elif etype == "DELETED":
-            self._store.pop(key, None)
+            if self._store.pop(key, None) is not None:
+                self._unindex(key)
             self._emit("DELETED", obj, None)
         else:
             log.warning("%s: ignoring watch event of type %r", self.name, etype)
@@ -367,6 +396,7 @@ class Cache:
         if state == self._state:
             return
         previous, self._state = self._state, state
+        self.problem = detail if state == "backoff" else ""
         if state == "backoff":
             log.warning("%s: %s", self.name, detail)
         elif state == "watching" and previous == "backoff":

@@ -114,14 +114,18 @@ def _with_authenticated(groups: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def user_from_peercert(cert: Mapping[str, Any] | None) -> UserInfo | None:
-    """The identity of a *verified* peer certificate (``SSLObject.getpeercert()``): CN and O."""
+    """The identity of a *verified* peer certificate (``SSLObject.getpeercert()``): CN and O.
+
+    As Go's ``pkix.Name.FillFromRDNSequence`` (what kube-apiserver and kubelets use): the last CN wins
+    and every O is kept, so a certificate with two CNs is the same user here as there.
+    """
     if not cert:
         return None
     cn = ""
     orgs: list[str] = []
     for rdn in cert.get("subject", ()):
         for key, value in rdn:
-            if key == "commonName" and not cn:
+            if key == "commonName":
                 cn = str(value)
             elif key == "organizationName":
                 orgs.append(str(value))

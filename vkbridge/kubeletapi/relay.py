@@ -12,6 +12,7 @@ import abc
 import asyncio
 import contextlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -21,12 +22,19 @@ from vkbridge.kubeletapi.channels import ERROR, STDERR, STDOUT, exit_code_of, in
 from vkbridge.kubeletapi.poolstream import PoolStream
 from vkbridge.logs import get_logger
 
-__all__ = ["ExecFront", "Inbound", "RelayResult", "relay"]
+__all__ = ["MAX_STATUS_BYTES", "ExecFront", "Inbound", "RelayResult", "StatusBuffer", "relay"]
 
 log = get_logger("vkbridge.kubeletapi.relay")
 
 InboundKind = Literal["stdin", "stdin_eof", "resize", "gone"]
 _INTERRUPT_GRACE: Final = 2.0
+#: The pool's error channel carries one Status (a few hundred bytes; a long command line makes it
+#: longer): what is kept of it, so a pool that never stops writing there cannot grow our memory.
+MAX_STATUS_BYTES: Final = 64 * 1024
+_TAIL_BYTES: Final = 512  # kept from the end too: where a Status's ExitCode cause is
+_MESSAGE_CHARS: Final = 1000
+_EXIT_CODE: Final = re.compile(rb'\{"reason":"ExitCode","message":"(-?[0-9]{1,10})"')
+_MESSAGE: Final = re.compile(rb'"message":"((?:[^"\\]|\\.)*)')
 
 
 @dataclass(frozen=True)
@@ -65,9 +73,54 @@ class RelayResult:
     exit_code: int | None
 
 
+class StatusBuffer:
+    """The error channel's bytes, bounded: the first ``limit`` and the last ``_TAIL_BYTES``."""
+
+    def __init__(self, limit: int = MAX_STATUS_BYTES) -> None:
+        self.limit = limit
+        self.head = bytearray()
+        self.tail = b""
+        self.total = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+        self.tail = (self.tail + data[-_TAIL_BYTES:])[-_TAIL_BYTES:]
+
+    def status(self, pool: PoolStream) -> dict[str, Any]:
+        if self.total <= self.limit:
+            return _status_from(bytes(self.head), pool)
+        return _truncated_status(bytes(self.head), self.tail, self.total, self.limit)
+
+
+def _truncated_status(head: bytes, tail: bytes, total: int, limit: int) -> dict[str, Any]:
+    """A Status from a cut one: its message's start with a note, and its exit code when the end has it."""
+    found = _MESSAGE.search(head)
+    text = head if found is None else found.group(1)
+    try:
+        message = json.loads(b'"' + text[: _MESSAGE_CHARS * 6].rstrip(b"\\") + b'"') if found else None
+    except ValueError:
+        message = None
+    if not isinstance(message, str):
+        message = text.decode("utf-8", "replace")
+    note = f"... [truncated: the pool sent {total} bytes on the error stream; the first {limit} were kept]"
+    code = _EXIT_CODE.search(tail)
+    if code is None:
+        return internal_error(message[:_MESSAGE_CHARS] + note)
+    return {
+        "metadata": {},
+        "status": "Failure",
+        "message": message[:_MESSAGE_CHARS] + note,
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": code.group(1).decode()}]},
+    }
+
+
 async def relay(front: ExecFront, pool: PoolStream) -> RelayResult:
     """Run until one side ends; always closes the pool stream and finishes or aborts the front."""
-    status_buf = bytearray()
+    status_buf = StatusBuffer()
 
     async def upstream() -> bool:
         """True when the client left; False when the pool stopped taking input (it is ending)."""
@@ -91,7 +144,7 @@ async def relay(front: ExecFront, pool: PoolStream) -> RelayResult:
                 if payload:
                     await front.send(channel, payload)
             elif channel == ERROR:
-                status_buf.extend(payload)
+                status_buf.add(payload)
 
     up = asyncio.create_task(upstream(), name="exec-upstream")
     down = asyncio.create_task(downstream(), name="exec-downstream")
@@ -112,7 +165,7 @@ async def relay(front: ExecFront, pool: PoolStream) -> RelayResult:
         if (exc := down.exception()) is not None:
             status = internal_error(f"error relaying the stream: {type(exc).__name__}: {exc}")
         else:
-            status = _status_from(bytes(status_buf), pool)
+            status = status_buf.status(pool)
         await front.finish(status)
         return RelayResult(status, exit_code_of(status))
     except BaseException:

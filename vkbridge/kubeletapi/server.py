@@ -23,7 +23,9 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import PODS, ApiError, KubeClient, is_transport_failure
+from vkbridge.kube.health import HealthChecks
 from vkbridge.kubeletapi import rawhttp
 from vkbridge.kubeletapi.auth import KubeletAuth
 from vkbridge.kubeletapi.channels import (
@@ -35,11 +37,12 @@ from vkbridge.kubeletapi.channels import (
     negotiate,
     split_protocols,
 )
+from vkbridge.kubeletapi.clientca import ClientCAFollower
 from vkbridge.kubeletapi.pooldial import DialError, PoolDialer
 from vkbridge.kubeletapi.relay import relay
 from vkbridge.kubeletapi.sniffer import Sniffer
 from vkbridge.kubeletapi.spdyconn import SpdyConnection, SpdyExecFront, StreamSetTimeout
-from vkbridge.kubeletapi.stats import StatsProvider
+from vkbridge.kubeletapi.stats import PodRefs, StatsProvider
 from vkbridge.kubeletapi.streams import StreamRoute, StreamService, not_reflected, stream_route
 from vkbridge.kubeletapi.tls import ServingTLS
 from vkbridge.kubeletapi.wsfront import WsExecFront
@@ -72,9 +75,12 @@ class KubeletServer:
 
     ``ssl_context_provider`` is called on every TLS handshake, so it must return a cached context
     (a new object means "rotated"); None means "no certificate yet". Client-certificate verification
-    against ``client_ca_pem`` is added to each context it returns. ``remote_namespace`` maps a local
-    namespace to its pool namespace (None: not reflected); ``local_pods`` lists the pods bound to
-    our node. ``authorize=False`` admits every request and exists for tests only.
+    against ``client_ca_pem`` is added to each context it returns; ``client_ca_configmap``
+    (``namespace/name``) is then followed and each new CA in it trusted without a restart.
+    ``remote_namespace`` maps a local namespace to its pool namespace (None: not reflected);
+    ``local_pods`` is the cache of the pods bound to our node: only those can be reached, as a kubelet
+    serves only its own pods.
+    ``authorize=False`` admits every request and exists for tests only.
     """
 
     def __init__(
@@ -88,10 +94,13 @@ class KubeletServer:
         ssl_context_provider: Callable[[], ssl.SSLContext | None],
         client_ca_pem: bytes | None,
         remote_namespace: Callable[[str], str | None],
-        local_pods: Callable[[], list[dict[str, Any]]],
+        local_pods: Cache,
         authorize: bool = True,
+        healthz: HealthChecks | None = None,
+        client_ca_configmap: str | None = None,
     ) -> None:
         self.node_name = node_name
+        self._healthz_checks = healthz
         self._host = listen_host
         self._port = port
         self._pool = pool
@@ -102,8 +111,13 @@ class KubeletServer:
             log.warning("kubelet API authorization is DISABLED: anyone reaching the port can exec")
         self._dialer = PoolDialer(pool)
         self._streams = StreamService(pool, self._dialer, remote_namespace)
-        self._stats = StatsProvider(pool, node_name, remote_namespace, local_pods)
+        self._stats = StatsProvider(pool, node_name, remote_namespace, PodRefs(local_pods).entries)
         self.tls = ServingTLS(ssl_context_provider, client_ca_pem)
+        self._client_ca = None
+        if client_ca_configmap is not None:  # "namespace/name": followed, each new CA trusted at once
+            namespace, _, name = client_ca_configmap.partition("/")
+            self._client_ca = ClientCAFollower(home, self.tls.set_client_ca, namespace=namespace, name=name)
+        self._client_ca_task: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self._waiter: asyncio.Task[None] | None = None
@@ -137,16 +151,19 @@ class KubeletServer:
         runner = web.AppRunner(self._app(), handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
         await runner.setup()
         self._runner = runner
+        if self._client_ca is not None:
+            self._client_ca_task = asyncio.create_task(self._client_ca.run(), name="kubelet-api-client-ca")
         if self.tls.current() is not None:
             await self._listen()
         else:
             self._waiter = asyncio.create_task(self._wait_for_certificate(), name="kubelet-api-cert")
 
     async def stop(self) -> None:
-        if self._waiter is not None:
-            self._waiter.cancel()
-            await asyncio.gather(self._waiter, return_exceptions=True)
-            self._waiter = None
+        for task in (self._waiter, self._client_ca_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._waiter = self._client_ca_task = None
         if self._server is not None:
             self._server.close()
         for sniffer in list(self._sniffing):  # idle connections that never sent a request
@@ -224,6 +241,7 @@ class KubeletServer:
         r = app.router
         r.add_get("/healthz", self._healthz)
         r.add_get("/pods", self._pods)
+        r.add_get("/runningpods", self._pods)  # client-go's spelling
         r.add_get("/runningpods/", self._pods)
         r.add_get("/stats/summary", self._summary)
         r.add_get("/stats/summary/", self._summary)
@@ -248,11 +266,31 @@ class KubeletServer:
         return await handler(request)
 
     async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+        """The process's liveness checks, as on the metrics port (a kubelet serves /healthz here too)."""
+        if self._healthz_checks is None:
+            return web.Response(text="ok")
+        status, text = self._healthz_checks.render(verbose="verbose" in request.query)
+        return web.Response(status=status, text=text)
 
     async def _pods(self, request: web.Request) -> web.Response:
-        items = self._local_pods()
-        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+        # The cache's JSON as is: decoding 10,000 compact pods to encode them again takes ~1 s of the loop.
+        body = b'{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[%s]}' % b",".join(
+            self._local_pods.list_json()
+        )
+        return web.Response(body=body, content_type="application/json")
+
+    def _unknown_pod(self, namespace: str, pod: str, uid: str = "") -> str | None:
+        """Why ``namespace/pod`` (with ``uid`` when the path names one) is not ours to reach, else None.
+
+        A kubelet serves only the pods bound to it, and answers 404 for any other: the pool namespace
+        may also hold other virtual nodes' pods, or pods nobody reflected.
+        """
+        local = self._local_pods.get(f"{namespace}/{pod}")
+        if local is None or (local.get("spec") or {}).get("nodeName") != self.node_name:
+            return f'pods "{pod}" not found on node {self.node_name}'
+        if uid and (local.get("metadata") or {}).get("uid") != uid:
+            return f'pods "{pod}" with UID {uid} not found on node {self.node_name}'
+        return None
 
     async def _summary(self, request: web.Request) -> web.Response:
         return web.json_response(await self._stats.summary())
@@ -262,6 +300,8 @@ class KubeletServer:
 
     async def _container_logs(self, request: web.Request) -> web.StreamResponse:
         ns, pod = request.match_info["ns"], request.match_info["pod"]
+        if (unknown := self._unknown_pod(ns, pod)) is not None:
+            return web.Response(status=404, text=unknown)
         remote = self._remote_namespace(ns)
         if remote is None:
             return web.Response(status=404, text=not_reflected(ns, pod))
@@ -313,6 +353,8 @@ class KubeletServer:
             )
         except ChannelError as exc:
             return web.Response(status=400, text=f"{exc}\n")
+        if (unknown := self._unknown_pod(route.namespace, route.pod, route.uid)) is not None:
+            return web.Response(status=404, text=unknown + "\n")
         try:
             pool_stream = await self._streams.open(route, opts)
         except DialError as exc:
@@ -393,6 +435,8 @@ class KubeletServer:
             opts = StreamOptions.from_query(head.param, head.params, exec_=route.kind == "exec")
         except ChannelError as exc:
             return refuse(400, f"{exc}\n")
+        if (unknown := self._unknown_pod(route.namespace, route.pod, route.uid)) is not None:
+            return refuse(404, unknown + "\n")
         try:
             pool_stream = await self._streams.open(route, opts)
         except DialError as exc:

@@ -20,7 +20,7 @@ from vkbridge.kubeletapi import spdy
 from vkbridge.kubeletapi.channels import ERROR, STDERR, STDOUT, StreamOptions
 from vkbridge.kubeletapi.poolstream import DialError, PoolStream
 
-__all__ = ["SpdyPoolStream", "spdy_dial"]
+__all__ = ["SpdyPoolStream", "host_header", "spdy_dial"]
 
 _HEAD_LIMIT: Final = 64 * 1024
 _BODY_LIMIT: Final = 64 * 1024
@@ -184,8 +184,8 @@ async def spdy_dial(
     try:
         async with asyncio.timeout(timeout):
             request = [
-                f"POST {path}?{urlencode(list(params))} HTTP/1.1",
-                f"Host: {url.netloc}",
+                f"POST {url.path.rstrip('/')}{path}?{urlencode(list(params))} HTTP/1.1",
+                f"Host: {host_header(server)}",
                 *(f"{k}: {v}" for k, v in headers.items()),
                 "Connection: Upgrade",
                 "Upgrade: SPDY/3.1",
@@ -206,6 +206,15 @@ async def spdy_dial(
         if isinstance(exc, (OSError, ssl.SSLError, asyncio.IncompleteReadError, TimeoutError)):
             raise DialError(502, f"the pool stream failed: {type(exc).__name__}: {exc}") from exc
         raise
+
+
+def host_header(server: str) -> str:
+    """``host[:port]`` of ``server``: never its userinfo (``netloc`` would carry ``user:secret@``)."""
+    url = urlsplit(server)
+    host = url.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{url.port}" if url.port else host
 
 
 async def _connect(

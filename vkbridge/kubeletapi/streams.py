@@ -30,6 +30,7 @@ class StreamRoute:
     namespace: str
     pod: str
     container: str = ""  # empty for port-forward
+    uid: str = ""  # the pod UID when the path names one
 
 
 def stream_route(path: str) -> StreamRoute | None:
@@ -40,10 +41,12 @@ def stream_route(path: str) -> StreamRoute | None:
     kind = _PREFIXES[segs[1]]
     rest = segs[2:]
     if kind == "portforward":
-        return StreamRoute(kind, rest[0], rest[1]) if len(rest) in (2, 3) else None
+        if len(rest) not in (2, 3):
+            return None
+        return StreamRoute(kind, rest[0], rest[1], uid=rest[2] if len(rest) == 3 else "")
     if len(rest) not in (3, 4):
         return None
-    return StreamRoute(kind, rest[0], rest[1], rest[-1])
+    return StreamRoute(kind, rest[0], rest[1], rest[-1], uid=rest[2] if len(rest) == 4 else "")
 
 
 def not_reflected(namespace: str, pod: str) -> str:

@@ -1,0 +1,106 @@
+"""``/stats/summary`` (vkbridge.kubeletapi.stats): bad figures from the pool, and the pods it reads
+from the compact pod cache without decoding it (a fake client feeds the cache; no I/O)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+import pytest
+
+from tests.unit.test_cache_diff import FakeClient, ev, page, start, stop, until
+from vkbridge.kube.cache import Cache
+from vkbridge.kube.client import PODS, WatchExpired
+from vkbridge.kubeletapi import stats as kstats
+from vkbridge.kubeletapi.stats import StatsProvider, build_summary
+
+Obj = dict[str, Any]
+NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
+HUGE = "1." + "1" * 5000  # a valid quantity for apimachinery; Python cannot read it as an int
+
+
+def pod(ns: str, name: str, rv: str = "1", start_time: str | None = None) -> Obj:
+    status: Obj = {"phase": "Running", "startTime": start_time} if start_time else {"phase": "Pending"}
+    return {
+        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "resourceVersion": rv,
+                     "creationTimestamp": "2026-12-01T11:00:00Z", "labels": {"big": "x" * 500}},
+        "spec": {"nodeName": "vk", "containers": [{"name": "main", "image": "busybox"}]},
+        "status": status,
+    }  # fmt: skip
+
+
+def metrics(cpu: str, memory: str) -> dict[tuple[str, str], Obj]:
+    usage = {"cpu": cpu, "memory": memory}
+    return {
+        ("team", "web"): {
+            "timestamp": "2026-12-01T12:00:00Z",
+            "containers": [{"name": "main", "usage": usage}],
+        }
+    }
+
+
+def test_a_figure_with_thousands_of_digits_is_left_out_and_the_summary_stands() -> None:
+    summary = build_summary("vk", NOW, [pod("team", "web")], metrics(HUGE, "64Mi"), NOW)
+    (entry,) = summary["pods"]
+    (container,) = entry["containers"]
+    assert "cpu" not in container  # the bad figure is skipped...
+    assert container["memory"]["usageBytes"] == 64 * 2**20  # ...the good one of the same container kept
+    assert entry["memory"]["usageBytes"] == 64 * 2**20 and entry["cpu"]["usageNanoCores"] == 0
+
+
+class MetricsPool:
+    """The pool's metrics API, in memory."""
+
+    def __init__(self, body: Obj) -> None:
+        self.body = body
+
+    async def request(self, method: str, path: str, **kw: Any) -> Obj:
+        return self.body
+
+
+async def test_a_bad_figure_is_logged_once_however_often_the_summary_is_scraped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="vkbridge.kubeletapi.stats")
+    item = {"metadata": {"name": "web"}, **metrics(HUGE, "64Mi")[("team", "web")]}
+    pool: Any = MetricsPool({"items": [item]})
+    stats = StatsProvider(pool, "vk", lambda ns: f"{ns}-remote", lambda: [pod("team", "web")])
+    for _ in range(3):
+        summary = await stats.summary()
+        assert summary["pods"][0]["containers"][0]["memory"]["usageBytes"] == 64 * 2**20
+    told = [r for r in caplog.records if "unusable figure" in r.getMessage()]
+    assert len(told) == 1, [r.getMessage() for r in caplog.records]
+
+
+async def test_pod_refs_follow_the_compact_pod_cache_without_decoding_it() -> None:
+    fake = FakeClient()
+    client: Any = fake
+    cache = Cache(client, PODS, name="consumer/pods", inactivity_timeout=5.0, backoff_base=0.01, compact=True)
+    fake.list_results = [page("10", pod("a", "one")), page("30", pod("b", "three"))]
+    refs = kstats.PodRefs(cache)
+    task = await start(cache)
+    fake.feed.put_nowait(ev("ADDED", pod("a", "two", "11")))
+    fake.feed.put_nowait(ev("MODIFIED", pod("a", "one", "12", start_time="2026-12-01T11:30:00Z")))
+    await until(lambda: len(refs.entries()) == 2 and refs.entries()[0]["status"])
+    decoded = 0
+    unpack = cache._unpack
+
+    def counting(stored: Any) -> Obj:
+        nonlocal decoded
+        decoded += 1
+        return unpack(stored)
+
+    cache._unpack = counting  # type: ignore[method-assign]
+    summary = build_summary("vk", NOW, refs.entries(), {}, NOW)
+    assert decoded == 0  # a scrape reads the refs, not the cache
+    assert [(p["podRef"], p["startTime"]) for p in summary["pods"]] == [
+        ({"name": "one", "namespace": "a", "uid": "uid-one"}, "2026-12-01T11:30:00Z"),
+        ({"name": "two", "namespace": "a", "uid": "uid-two"}, "2026-12-01T11:00:00Z"),
+    ]
+    fake.feed.put_nowait(ev("DELETED", pod("a", "two", "13")))
+    await until(lambda: len(refs.entries()) == 1)
+    fake.feed.put_nowait(WatchExpired("too old"))
+    await until(lambda: cache.relists == 1)  # a re-list's diff reaches the refs too
+    assert [r["metadata"]["name"] for r in refs.entries()] == ["three"]
+    await stop(task)
