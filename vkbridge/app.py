@@ -48,7 +48,7 @@ from vkbridge.kube.reachability import PoolState, Reachability
 from vkbridge.kubeletapi.metrics_server import MetricsServer
 from vkbridge.kubeletapi.server import KubeletServer
 from vkbridge.logs import get_logger
-from vkbridge.metrics import Metrics
+from vkbridge.metrics import Metrics, seconds_until
 from vkbridge.node.controller import NodeController, grant_of
 from vkbridge.node.lease import LeaseHeartbeat
 from vkbridge.node.model import NodeInputs
@@ -317,6 +317,9 @@ class VirtualKubelet:
         serving = ServingCertificateManager(
             home, node_name=node_name, node_ip=s.node_ip, certificate_type=s.certificate_type
         )
+        self.metrics.serving_cert_expiry_seconds.set_function(
+            lambda: seconds_until(info.not_after if (info := serving.certificate_info) else None)
+        )
 
         def remote_namespace(local_ns: str) -> str | None:
             pair = engine.pairs.get(local_ns)
@@ -326,7 +329,7 @@ class VirtualKubelet:
             home, pool, node_name=node_name, port=s.listen_port, ssl_context_provider=serving.current_context,
             client_ca_pem=await client_ca(home), remote_namespace=remote_namespace,
             client_ca_configmap="kube-system/extension-apiserver-authentication",
-            local_pods=engine.local_pods, healthz=self.livez,
+            local_pods=engine.local_pods, healthz=self.livez, metrics=self.metrics,
         )  # fmt: skip
 
         elector: LeaderElector | None = None

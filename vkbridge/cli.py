@@ -217,7 +217,8 @@ FLAGS: Final[tuple[FlagSpec, ...]] = (
     ),
     # vkbridge's own.
     _f("log-format", "enum", "log line format", LOG_FORMATS),
-    _f("v", "level", "log verbosity, klog style: 0 info, 4 and above debug", dest="verbosity"),
+    _f("logging-format", "enum", "same as --log-format (Kubernetes' name)", LOG_FORMATS, "log_format"),
+    _f("v", "level", "log verbosity, klog style: 0 info, 4 and above debug (-v or --v)", dest="verbosity"),
     _f("cert-renew-fraction", "fraction", "renew the serving certificate at this fraction of its life"),
     _f("node-status-interval", "duration", "interval of the unconditional Node status update"),
     _f("node-lease-renew-interval", "duration", "renew interval of the node Lease (default: its duration/4)"),
@@ -263,6 +264,17 @@ def _dns_subdomain(value: str) -> None:
         raise ValueError("must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')")
 
 
+def _node_name(value: str) -> None:
+    """A Node name that is also a label value (offloading.liqo.io/nodename, multicloud.io/pool on the
+    pool's objects): the 253 characters a Node name may have would make every ShadowPod unwritable."""
+    _dns_subdomain(value)
+    if len(value) > 63:
+        raise ValueError(
+            f"is {len(value)} characters; at most 63, as it is also a label value "
+            "(offloading.liqo.io/nodename)"
+        )
+
+
 def _cluster_id(value: str) -> None:
     if value:
         _dns_label(value, "a cluster ID, a DNS-1123 label")
@@ -302,7 +314,7 @@ def _host_port(value: str) -> None:
 
 
 _VALIDATORS: Final[Mapping[str, Callable[[Any], None]]] = {
-    "nodename": _dns_subdomain,
+    "nodename": _node_name,
     "tenant_namespace": _dns_label,
     "liqo_namespace": _dns_label,
     "home_cluster_id": _cluster_id,
@@ -409,8 +421,8 @@ def _tokenize(args: Sequence[str]) -> list[tuple[FlagSpec, str]]:
             name, eq, value = body.partition("=")
             if name == "help":
                 raise _HelpRequested
-            spec = FLAGS_BY_NAME.get(name)
-            if spec is None or spec.name == "v":
+            spec = FLAGS_BY_NAME.get(name)  # --v as well as -v, as Kubernetes components take it
+            if spec is None:
                 raise UsageError(f"unknown flag: --{name}")
             if not eq:
                 if spec.kind == "bool":
@@ -502,13 +514,16 @@ def build_parser(command: str = "run") -> argparse.ArgumentParser:
         "own": parser.add_argument_group("vkbridge flags"),
     }
     parser.add_argument("-h", "--help", action="store_true", help="show this help")
-    own = {"log-format", "v", "cert-renew-fraction", "node-status-interval", "node-lease-renew-interval"}
+    own = {
+        "log-format", "logging-format", "v", "cert-renew-fraction", "node-status-interval",
+        "node-lease-renew-interval",
+    }  # fmt: skip
     for spec in FLAGS:
         group = groups["ignored"] if spec.ignored else groups["own"] if spec.name in own else groups["liqo"]
         if spec.kind == "bool":
             invocation = f"--{spec.name}[=true|false]"
         elif spec.name == "v":
-            invocation = "-v LEVEL"
+            invocation = "-v, --v LEVEL"
         else:
             shown = "|".join(spec.choices) if spec.choices else spec.kind.upper()
             invocation = f"--{spec.name}={shown}"
@@ -553,10 +568,12 @@ def parse_args(
             value = {**values.get(spec.dest, {}), **value}
         values[spec.dest] = value
         last_raw[spec.dest] = (spec.flag, raw)
-    # -v and --klog.v share one setting: the last given on the line wins.
-    levels = [raw for spec, raw in pairs if spec.dest == "verbosity"]
-    if levels:
-        values["verbosity"] = _level(levels[-1])
+    # Flags that share one setting (-v, --v and --klog.v; --log-format and --logging-format): the last
+    # given on the line wins.
+    for dest in ("verbosity", "log_format"):
+        given = [(spec, raw) for spec, raw in pairs if spec.dest == dest]
+        if given:
+            values[dest] = _convert(*given[-1])
 
     _apply_env(values, env)
     if command == "run":

@@ -219,10 +219,12 @@ def report(findings: list[Finding], out: TextIO) -> int:
 
 async def _run(settings: Settings, out: TextIO) -> int:
     try:
-        creds = (
-            load_kubeconfig_file(settings.home_kubeconfig)
-            if settings.home_kubeconfig
-            else in_cluster_credentials()
+        creds = await asyncio.to_thread(
+            lambda: (
+                load_kubeconfig_file(settings.home_kubeconfig)
+                if settings.home_kubeconfig
+                else in_cluster_credentials()
+            )
         )
     except KubeconfigError as err:
         out.write(f"FAIL  consumer kubeconfig: {err}\nunhealthy: 1 failed, 0 warnings\n")

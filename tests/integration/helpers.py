@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import http.server
+import ssl
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
+from e2e.emulator.grant import b64
+from e2e.pki import CertAuthority, write_pem
 
 SHADOWPODS = "/apis/offloading.liqo.io/v1beta1"
 
@@ -121,3 +127,67 @@ def node_pods_active(consumer: ControlPlane, node: str) -> list[str]:
         for p in body["items"]
         if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
     ]
+
+
+class RecordingServer:
+    """An HTTPS server on 127.0.0.1 that records the Authorization header of every request.
+
+    It stands for "whatever server a hostile kubeconfig names": a test asserts that no credential of
+    ours (a token read from a local file) ever reaches it. Runs in a thread, so sync and async tests can
+    use it; ``ca_pem`` is what a kubeconfig must trust to reach it.
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        ca = CertAuthority.create("recorder-ca")
+        issued = ca.issue("127.0.0.1", server=True, ips=["127.0.0.1"])
+        assert issued.key_pem is not None
+        write_pem(workdir / "recorder.crt", issued.cert_pem, 0o644)
+        write_pem(workdir / "recorder.key", issued.key_pem)
+        self.ca_pem = ca.cert_pem
+        self.seen: list[str] = []
+        seen = self.seen
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                seen.append(self.headers.get("Authorization") or "")
+                body = b'{"kind":"Status","status":"Failure","code":401}'
+                self.send_response(401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(workdir / "recorder.crt", workdir / "recorder.key")
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.socket = ctx.wrap_socket(self._httpd.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> RecordingServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+
+def token_file_kubeconfig(server: str, ca_pem: bytes, token_file: Path) -> dict[str, Any]:
+    """A kubeconfig whose user names a local token file (what a pool kubeconfig Secret must not do)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "evil",
+        "clusters": [
+            {"name": "evil", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}
+        ],
+        "users": [{"name": "evil", "user": {"tokenFile": str(token_file)}}],
+        "contexts": [{"name": "evil", "context": {"cluster": "evil", "user": "evil"}}],
+    }

@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 import pytest
 from aiohttp import web
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from e2e.bundle import (
@@ -39,10 +39,11 @@ from e2e.controlplane import ControlPlane
 from e2e.emulator import EmulatorHandle, launch_emulator
 from e2e.emulator.certs import parse_duration
 from e2e.fixtures_pool import offload_namespace
+from e2e.pki import CertAuthority
 from e2e.tunnel import TunnelProxy
 from e2e.vkbridge_proc import VkbridgeProcess, metric_sum
 from tests.fixtures_vkbridge import node_ready, vkbridge_options, wait_until
-from tests.integration.helpers import pool_pod
+from tests.integration.helpers import RecordingServer, pool_pod, token_file_kubeconfig
 from vkbridge.credentials import certs
 from vkbridge.credentials.remote import RemoteCredentialWatcher, credentials_from_secret
 from vkbridge.credentials.renewal import CertificateRenewer
@@ -58,7 +59,7 @@ from vkbridge.kube.client import (
     ApiError,
     KubeClient,
 )
-from vkbridge.kube.kubeconfig import Credentials, load_kubeconfig_file
+from vkbridge.kube.kubeconfig import Credentials, cert_info, load_kubeconfig_file
 from vkbridge.kube.reachability import Reachability
 from vkbridge.kubeletapi.tls import ServingTLS
 from vkbridge.metrics import Metrics
@@ -70,6 +71,7 @@ REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
 REVIEW_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 RENEW_FAILED = "pool client certificate renewal failed; will retry"
 LOG_LINE = "served over the CSR-issued certificate\n"
+TOKEN_MARKER = "MARKER-TOKEN-from-a-local-file-7f3e"
 
 
 async def eventually(fn: Callable[[], Any], what: str, timeout: float) -> Any:
@@ -393,6 +395,98 @@ async def test_serving_certificate_issued_by_kcm_after_approval(
                 await home.delete(CERTIFICATESIGNINGREQUESTS, csr_name)
 
 
+def _serving_chain(
+    signer: CertAuthority, request: x509.CertificateSigningRequest, lifetime: dt.timedelta, weak_ca: bool
+) -> bytes:
+    """What a signer answers: the leaf for the CSR, and with ``weak_ca`` a chain OpenSSL refuses to load
+    (an RSA-1024 CA: Go and the API server accept it, OpenSSL's security level does not)."""
+    now = dt.datetime.now(dt.UTC)
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(request.subject)
+        .issuer_name(signer.cert.subject)
+        .public_key(request.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(seconds=1))
+        .not_valid_after(now + lifetime)
+        .add_extension(request.extensions.get_extension_for_class(x509.SubjectAlternativeName).value, False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(signer.key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.PEM)
+    )
+    if not weak_ca:
+        return leaf
+    weak = rsa.generate_private_key(65537, 1024)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "weak-intermediate")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(weak.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(weak, hashes.SHA256())
+    )
+    return leaf + ca.public_bytes(serialization.Encoding.PEM)
+
+
+async def test_serving_certificate_openssl_refuses_keeps_the_old_one_and_retries(
+    consumer: ControlPlane, home: KubeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 15 item 20: an ssl.SSLError while installing a certificate used to end the manager (and the
+    process); now the round is logged, the previous certificate keeps serving and a new CSR follows."""
+    caplog.set_level(logging.INFO, logger="vkbridge")
+    node = f"vkb-weak-{uuid.uuid4().hex[:6]}"
+    signer = CertAuthority.create("test-serving-signer")
+    mgr = ServingCertificateManager(
+        home, node_name=node, node_ip="127.0.0.1", certificate_type="aws", rotate_fraction=0.5,
+        retry_base=0.2, retry_cap=1.0,
+    )  # fmt: skip
+    task = asyncio.create_task(mgr.run())
+    signed: list[str] = []
+
+    async def sign_next(lifetime: dt.timedelta, *, weak_ca: bool) -> None:
+        """Act as the aws signer (nothing in the plane signs it): approve the next CSR, then answer it."""
+        name = await eventually(lambda: mgr.last_csr not in (None, *signed) and mgr.last_csr, "a CSR", 15)
+        signed.append(name)
+        path = f"/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}"
+        csr = await home.get(CERTIFICATESIGNINGREQUESTS, name)
+        csr["status"] = {
+            "conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "t"}]
+        }
+        status, body = await asyncio.to_thread(consumer.api, "PUT", f"{path}/approval", csr)
+        assert status == 200, body
+        request = x509.load_pem_x509_csr(base64.b64decode(csr["spec"]["request"]))
+        body["status"]["certificate"] = b64(_serving_chain(signer, request, lifetime, weak_ca))
+        status, got = await asyncio.to_thread(consumer.api, "PUT", f"{path}/status", body)
+        assert status == 200, got
+
+    try:
+        await sign_next(dt.timedelta(seconds=6), weak_ca=False)  # rotated after about 3 s
+        assert await mgr.wait_ready(15)
+        first_ctx, first_pem = mgr.current_context(), mgr.certificate_pem
+        await sign_next(dt.timedelta(hours=1), weak_ca=True)
+        failed = "kubelet serving certificate request failed; retrying"
+        record = await eventually(
+            lambda: next((r for r in caplog.records if r.getMessage() == failed), None), "the refusal", 15
+        )
+        kv = getattr(record, "kv", {})
+        assert "cannot be loaded" in kv["error"] and kv["serving"] == "the previous certificate"
+        assert not task.done(), "the manager survives"
+        assert mgr.current_context() is first_ctx and mgr.certificate_pem == first_pem and mgr.issued == 1
+        await sign_next(dt.timedelta(hours=1), weak_ca=False)  # the retry (capped backoff) gets a good one
+        await eventually(lambda: mgr.issued == 2, "the next good certificate installed", 15)
+        assert mgr.current_context() is not first_ctx and not task.done()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        for name in signed:
+            with contextlib.suppress(ApiError):
+                await home.delete(CERTIFICATESIGNINGREQUESTS, name)
+
+
 async def test_self_signed_serving_certificate(home: KubeClient) -> None:
     mgr = ServingCertificateManager(
         home, node_name="node-x", node_ip="127.0.0.1", certificate_type="self-signed"
@@ -643,6 +737,88 @@ async def test_secret_swaps_refuses_insecure_and_keeps_newer_certificate(
         assert "insecure-skip-tls-verify" in stack.invalid[0] and "refusing" in stack.invalid[0]
         assert stack.pool.credentials.client_cert_pem == cert and stack.watcher.swaps == 1
         assert (await stack.pool.request("POST", REVIEW_PATH, body=REVIEW))["status"]["userInfo"]
+
+
+async def write_secret_kubeconfig(home: KubeClient, b: Bundle, kcfg: dict[str, Any]) -> None:
+    for _ in range(5):
+        secret = await home.get(SECRETS, b.secret_name, b.tenant_ns)
+        secret["data"]["kubeconfig"] = b64(certs.dump_kubeconfig(kcfg))
+        try:
+            await home.replace(SECRETS, secret, b.tenant_ns)
+            return
+        except ApiError as err:
+            if not err.conflict:
+                raise
+    raise AssertionError("Secret kept conflicting")
+
+
+async def test_secret_kubeconfig_naming_a_token_file_is_refused_and_the_token_never_sent(
+    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
+    home: KubeClient,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 15 item 6: a kubeconfig Secret with ``tokenFile`` made vkbridge read a local file (its own
+    ServiceAccount token) and send it as Bearer to the server the Secret names. Now it is refused, naming
+    the field, the file is never read, and the working credential stays."""
+    caplog.set_level(logging.INFO, logger="vkbridge")
+    marker = tmp_path / "token"
+    marker.write_text(TOKEN_MARKER)
+    with RecordingServer(tmp_path) as evil:
+        async with new_peering("365d", None) as (b, _), credential_stack(home, b) as stack:
+            await write_secret_kubeconfig(home, b, token_file_kubeconfig(evil.url, evil.ca_pem, marker))
+            await eventually(lambda: stack.invalid or stack.watcher.swaps, "the Secret to be judged", 10)
+            assert stack.watcher.swaps == 0 and stack.pool.credentials.server != evil.url, "not swapped"
+            assert "sets tokenFile, a local file path" in stack.invalid[0], stack.invalid
+            refusals = [
+                r
+                for r in caplog.records
+                if r.getMessage() == "pool credential unusable; keeping the previous one"
+            ]
+            assert refusals and "tokenFile" in str(getattr(refusals[0], "kv", {}).get("error"))
+            got = await stack.pool.request("POST", REVIEW_PATH, body=REVIEW)  # the current one still works
+            assert got["status"]["userInfo"]["username"] == b.identity_cn
+            await asyncio.sleep(0.5)
+            assert not any(TOKEN_MARKER in h for h in evil.seen), "our token reached the Secret's server"
+            assert evil.seen == [] and TOKEN_MARKER not in caplog.text
+
+
+async def test_renew_of_our_name_not_created_by_us_is_never_deleted(
+    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
+    home: KubeClient,
+    pool_admin: KubeClient,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 15 item 23: a Renew that happened to bear our name was deleted when its CSR was not ours,
+    whoever made it. Only a Renew we created (labels, spec, no owner) may be deleted."""
+    caplog.set_level(logging.INFO, logger="vkbridge")
+    knobs = {"renew_fraction": 0.02, "provider_grace": 0.0, "answer_timeout": 1.5, "retry_base": 0.3,
+             "retry_cap": 0.6}  # fmt: skip
+    async with new_peering("3m", None) as (b, _):
+        name = f"{b.slug}-renew-{format(cert_info(b.cert_pem).serial, 'x')[-10:]}"
+        other_key = ec.generate_private_key(ec.SECP256R1())
+        foreign: dict[str, Any] = {
+            "apiVersion": RENEWS.api_version,
+            "kind": RENEWS.kind,
+            "metadata": {"name": name, "labels": {"liqo.io/managed-by": "someone-else"}},
+            "spec": {
+                "consumerClusterID": b.consumer_id,
+                "csr": b64(certs.build_csr(other_key, b.identity_cn, [b.consumer_id])),
+                "identityType": "ResourceSlice",
+                "resourceSliceRef": {"name": b.slug},
+            },
+        }
+        created = await pool_admin.create(RENEWS, foreign, b.remote_tenant_ns)
+        async with credential_stack(home, b, renewer=knobs) as stack:
+            assert stack.renewer is not None and stack.renewer.renew_name(cert_info(b.cert_pem)) == name
+            await eventually(lambda: stack.renewer and stack.renewer.failures >= 2, "two refused rounds", 60)
+            still = await pool_admin.get(RENEWS, name, b.remote_tenant_ns)
+            assert still["metadata"]["uid"] == created["metadata"]["uid"], "someone else's Renew was replaced"
+            assert still["spec"]["csr"] == foreign["spec"]["csr"]
+            lines = [r for r in caplog.records if r.getMessage() == RENEW_FAILED]
+            assert "was not created by vkbridge" in str(getattr(lines[0], "kv", {}).get("error"))
+            assert stack.pool.credentials.client_cert_pem == b.cert_pem
+        await pool_admin.delete(RENEWS, name, b.remote_tenant_ns)
 
 
 async def test_expired_certificate_is_reported_once_and_not_renewed(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -15,9 +16,10 @@ from e2e.pki import CertAuthority
 from e2e.tunnel import TunnelProxy
 from e2e.vkbridge_proc import REPO, VkbridgeProcess
 from tests.fixtures_vkbridge import node_ready
-from tests.integration.helpers import get, must, wait_until
+from tests.integration.helpers import RecordingServer, get, must, token_file_kubeconfig, wait_until
 
 pytestmark = pytest.mark.integration
+TOKEN_MARKER = "MARKER-TOKEN-from-a-local-file-5c1d"
 
 
 def doctor(consumer: ControlPlane, bundle: Bundle) -> subprocess.CompletedProcess[str]:
@@ -77,6 +79,33 @@ def test_doctor_names_a_revoked_credential(
     wait_until(
         lambda: node_ready(consumer, bundle.slug) == "True", 30, "Ready again with the valid credential"
     )
+
+
+def test_doctor_refuses_a_kubeconfig_secret_naming_a_token_file_and_sends_nothing(
+    consumer: ControlPlane, bundle: Bundle, tmp_path: Path
+) -> None:
+    """Issue 15 item 6: doctor read the Secret's ``tokenFile`` on the operator's machine and sent it."""
+    path = f"/api/v1/namespaces/{bundle.tenant_ns}/secrets/{bundle.secret_name}"
+    original = get(consumer, path)
+    assert original is not None
+    marker = tmp_path / "token"
+    marker.write_text(TOKEN_MARKER)
+    with RecordingServer(tmp_path) as evil:
+        evil_kubeconfig = yaml.safe_dump(token_file_kubeconfig(evil.url, evil.ca_pem, marker)).encode()
+        must(consumer, "PATCH", path, {"data": {"kubeconfig": base64.b64encode(evil_kubeconfig).decode()}},
+             content_type="application/merge-patch+json")  # fmt: skip
+        try:
+            res = doctor(consumer, bundle)
+        finally:
+            must(consumer, "PATCH", path, {"data": {"kubeconfig": original["data"]["kubeconfig"]}},
+                 content_type="application/merge-patch+json")  # fmt: skip
+        print(res.stdout)
+        assert not any(TOKEN_MARKER in h for h in evil.seen), "the file's token reached the server"
+        assert evil.seen == [], "doctor sent a request to the Secret's server"
+        assert res.returncode == 1
+        line = next(x for x in res.stdout.splitlines() if x.startswith("FAIL  pool credential"))
+        assert "sets tokenFile, a local file path" in line
+        assert TOKEN_MARKER not in res.stdout + res.stderr
 
 
 def test_revoked_credential_means_unauthorized_and_notready_then_recovers_without_restart(

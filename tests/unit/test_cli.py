@@ -315,7 +315,11 @@ def test_go_booleans(arg: str, expected: bool) -> None:
         (["--nosuch"], "unknown flag: --nosuch"),
         (["--nosuch=1"], "unknown flag: --nosuch"),
         (["--klog.nosuch=1"], "unknown flag: --klog.nosuch"),
-        (["--v=3"], "unknown flag: --v"),
+        (["--v"], "flag needs an argument: --v"),
+        (
+            ["--logging-format=yaml"],
+            'invalid value "yaml" for flag --logging-format: must be one of text, json',
+        ),
         (["-nodename=x"], "unknown shorthand flag: 'n' in -nodename=x"),
         (["---nodename=x"], "bad flag syntax: ---nodename=x"),
         (["--=x"], "bad flag syntax: --=x"),
@@ -523,6 +527,33 @@ def test_cert_renew_fraction_forms() -> None:
 )
 def test_verbosity(args: list[str], verbosity: int) -> None:
     assert parse(*args).verbosity == verbosity
+
+
+@pytest.mark.parametrize(
+    ("args", "verbosity"),
+    [(["--v=2"], 2), (["--v", "5"], 5), (["--v=3", "-v", "1"], 1), (["--klog.v=7", "--v=4"], 4)],
+)
+def test_verbosity_takes_kubernetes_double_dash_v(args: list[str], verbosity: int) -> None:
+    assert parse(*args).verbosity == verbosity
+
+
+@pytest.mark.parametrize(
+    ("args", "fmt"),
+    [
+        (["--logging-format=json"], "json"),
+        (["--logging-format", "json"], "json"),
+        (["--logging-format=json", "--log-format=text"], "text"),
+        (["--log-format=text", "--logging-format=json"], "json"),
+    ],
+)
+def test_logging_format_is_an_alias_of_log_format_last_wins(args: list[str], fmt: str) -> None:
+    assert parse(*args).log_format == fmt
+
+
+def test_help_shows_kubernetes_style_logging_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    help_text = capsys.readouterr().out
+    assert "--logging-format=text|json" in help_text and "-v, --v LEVEL" in help_text
 
 
 def test_metrics_address_is_checked_when_metrics_are_on() -> None:
@@ -735,6 +766,22 @@ def test_main_help_version_and_doctor(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["doctor", "--help"]) == 0
     assert "usage:" in capsys.readouterr().out
     assert main(["doctor", "--node-ip=x"]) == 2
+
+
+@pytest.mark.parametrize("command", ["run", "doctor"])
+def test_nodename_over_63_characters_exits_2_naming_the_flag(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 15 item 20: a 65-character node name used to crash start-up building the serving CSR."""
+    name = "n" * 65
+    assert main([command, *REQUIRED, f"--nodename={name}"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        f'vkbridge: invalid value "{name}" for flag --nodename: is 65 characters; at most 63, as it is also '
+        "a label value (offloading.liqo.io/nodename)"
+    ]
+    assert parse(f"--nodename={'n' * 63}").nodename == "n" * 63
+    assert "--nodename" in usage_error(f"--nodename={'a.' * 40}b")
 
 
 def test_python_dash_m_exits_2_for_real() -> None:

@@ -15,6 +15,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from vkbridge.credentials import certs
 from vkbridge.credentials.certs import CertificateRejected, SigningKey
+from vkbridge.credentials.serving import ServingCertificateError, _server_context
 from vkbridge.kube.kubeconfig import CertInfo, KubeconfigError, parse_kubeconfig
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -343,3 +344,70 @@ def test_decode_pem_field_accepts_liqo_base64_and_plain_pem(key: ed25519.Ed25519
         certs.decode_pem_field("", "signedCRT")
     with pytest.raises(CertificateRejected, match="signedCRT is not valid base64"):
         certs.decode_pem_field("***", "signedCRT")
+
+
+# ---- serving certificates that cryptography or OpenSSL cannot take (issue 15 item 20) -----------------
+
+
+def _duplicate_san_certificate(key: ec.EllipticCurvePrivateKey, cn: str) -> bytes:
+    """A serving certificate with its SubjectAlternativeName twice (a signer bug or a hostile one).
+
+    The builder refuses duplicates, so a second extension with a same-length OID is patched into a SAN.
+    """
+    san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+            x509.NameAttribute(NameOID.COMMON_NAME, cn),
+        ]
+    )
+    der = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(7)
+        .not_valid_before(NOW - dt.timedelta(minutes=1))
+        .not_valid_after(NOW + dt.timedelta(days=1))
+        .add_extension(san, critical=False)
+        .add_extension(
+            x509.UnrecognizedExtension(x509.ObjectIdentifier("2.5.29.99"), san.public_bytes()), False
+        )
+        .sign(key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.DER)
+    )
+    assert der.count(b"\x06\x03\x55\x1d\x63") == 1
+    der = der.replace(b"\x06\x03\x55\x1d\x63", b"\x06\x03\x55\x1d\x11")
+    return x509.load_der_x509_certificate(der).public_bytes(serialization.Encoding.PEM)
+
+
+def test_serving_certificate_with_a_duplicate_extension_is_rejected_not_raised() -> None:
+    key = certs.new_serving_key()
+    cn, orgs = certs.serving_subject("n1")
+    pem = _duplicate_san_certificate(key, cn)
+    with pytest.raises(CertificateRejected, match="malformed: DuplicateExtension"):
+        certs.verify_certificate(pem, key=key, cn=cn, orgs=orgs, now=NOW, ips=["127.0.0.1"])
+
+
+def test_serving_chain_openssl_cannot_load_is_a_serving_error_not_ssl_error() -> None:
+    key = certs.new_serving_key()
+    good = certs.self_signed_serving_certificate(key, "n1", "127.0.0.1", now=NOW)
+    garbage = good + b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
+    for chain in (garbage, _duplicate_san_certificate(key, "system:node:n1")):
+        with pytest.raises(ServingCertificateError, match="cannot be loaded"):
+            _server_context(chain, certs.private_key_pem(key))
+
+
+def test_serving_csr_and_self_signed_certificate_for_a_63_character_node_name() -> None:
+    """CN ``system:node:`` + 63 characters is 75, over X.509's advisory 64: Go signs it, so must we ask."""
+    node = "n" * 63
+    key = certs.new_serving_key()
+    csr = x509.load_pem_x509_csr(certs.serving_csr(key, node, "127.0.0.1"))
+    assert csr.is_signature_valid
+    assert csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == f"system:node:{node}"
+    pem = certs.self_signed_serving_certificate(key, node, "127.0.0.1", now=NOW)
+    info = certs.verify_certificate(
+        pem, key=key, cn=f"system:node:{node}", orgs=["liqo.io"], now=NOW, ca_pem=pem, ips=["127.0.0.1"]
+    )
+    assert info.cn == f"system:node:{node}"
+    assert _server_context(pem, certs.private_key_pem(key)) is not None

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
+import functools
+import io
 import json
+import os
 import ssl
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from vkbridge import doctor
+from vkbridge.cli import parse_args
 from vkbridge.kube.kubeconfig import (
     Credentials,
     KubeconfigError,
@@ -23,6 +32,7 @@ from vkbridge.kube.kubeconfig import (
     in_cluster_credentials,
     load_kubeconfig_file,
     parse_kubeconfig,
+    read_token,
     ssl_context,
 )
 
@@ -285,3 +295,156 @@ def test_ssl_context_rejects_mismatched_pair_without_leaking(pki: dict[str, byte
         ssl_context(creds)
     assert "cannot be loaded" in str(ei.value)
     assert ei.value.__cause__ is None
+
+
+# ---------------------------------------------------------------------------------------------- local files
+# Issue 15 item 6: a kubeconfig from a Secret must not make vkbridge read local files; the operator's own
+# kubeconfig may, but a FIFO or device must be refused rather than waited on.
+
+MARKER = "MARKER-TOKEN-0a1b2c3d4e5f"
+
+
+def _release(fifo: Path) -> None:
+    """Unblock anyone stuck reading ``fifo`` (the old code's open() waits for a writer)."""
+    for _ in range(50):
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # ENXIO: no reader has it open
+            return
+        os.close(fd)
+        time.sleep(0.01)
+
+
+def finishes(fn: Callable[[], Any], fifos: list[Path], timeout: float = 5.0) -> dict[str, Any]:
+    """Run ``fn`` in a daemon thread; fail if it is still running after ``timeout`` (blocked on a FIFO)."""
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = fn()
+        except BaseException as exc:  # handed back to the test
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    hung = thread.is_alive()
+    for fifo in fifos:
+        _release(fifo)
+    thread.join(5)
+    assert not hung, "blocked reading a FIFO"
+    return result
+
+
+@pytest.mark.parametrize(
+    ("section", "field_name"),
+    [
+        ("user", "tokenFile"),
+        ("user", "client-certificate"),
+        ("user", "client-key"),
+        ("cluster", "certificate-authority"),
+    ],
+)
+def test_secret_kubeconfig_naming_a_local_file_is_refused_naming_the_field(
+    pki: dict[str, bytes], tmp_path: Path, section: str, field_name: str
+) -> None:
+    marker = tmp_path / "token"
+    marker.write_text(MARKER)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for target in (marker, fifo):
+        extra = {field_name: str(target)}
+        cfg = kubeconfig(pki, **{section: extra})
+        got = finishes(functools.partial(parse_kubeconfig, cfg, source="Secret t/kubeconfig"), [fifo])
+        err = got.get("error")
+        assert isinstance(err, KubeconfigError), got
+        msg = str(err)
+        assert msg.startswith("Secret t/kubeconfig: refusing kubeconfig:")
+        assert f"sets {field_name}, a local file path" in msg and "never opens the file" in msg
+        assert MARKER not in msg
+
+
+def test_secret_kubeconfig_token_file_never_becomes_the_bearer(pki: dict[str, bytes], tmp_path: Path) -> None:
+    marker = tmp_path / "token"
+    marker.write_text(MARKER)
+    cfg = kubeconfig(
+        pki, user={"client-certificate-data": None, "client-key-data": None, "tokenFile": str(marker)}
+    )
+    with pytest.raises(KubeconfigError, match="sets tokenFile"):
+        parse_kubeconfig(cfg)
+    # Even with an inline token next to it: the file would win at request time, so it is refused too.
+    cfg["users"][0]["user"]["token"] = TOKEN
+    with pytest.raises(KubeconfigError, match="sets tokenFile"):
+        parse_kubeconfig(yaml.safe_dump(cfg))
+
+
+def test_operator_kubeconfig_naming_a_fifo_is_refused_not_waited_on(
+    pki: dict[str, bytes], tmp_path: Path
+) -> None:
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo)
+    cfg = kubeconfig(
+        pki, user={"client-certificate-data": None, "client-key-data": None, "tokenFile": "token"}
+    )
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(cfg))
+    got = finishes(lambda: load_kubeconfig_file(path), [fifo])
+    assert isinstance(got.get("error"), KubeconfigError) and "not a regular file" in str(got["error"])
+    # The kubeconfig itself as a FIFO ($KUBECONFIG pointing at one).
+    os.unlink(fifo)
+    os.mkfifo(fifo)
+    got = finishes(lambda: load_kubeconfig_file(fifo), [fifo])
+    assert isinstance(got.get("error"), KubeconfigError) and "not a regular file" in str(got["error"])
+    with pytest.raises(KubeconfigError, match="not a regular file"):
+        read_token("/dev/zero")
+
+
+def test_doctor_with_a_fifo_kubeconfig_fails_fast_without_freezing(tmp_path: Path) -> None:
+    fifo = tmp_path / "kubeconfig"
+    os.mkfifo(fifo)
+    settings = parse_args([f"--home-kubeconfig={fifo}", "--nodename=n1"], env={}, command="doctor")
+    out = io.StringIO()
+    got = finishes(lambda: asyncio.run(doctor._run(settings, out)), [fifo])
+    assert got.get("value") == 1, got
+    assert "FAIL  consumer kubeconfig" in out.getvalue() and "not a regular file" in out.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------- server URL
+# Issue 15 item 7: userinfo, a query or a fragment in the server URL are refused, never echoed.
+
+
+@pytest.mark.parametrize(
+    ("server", "needle"),
+    [
+        ("https://admin:s3cr3t-pw@pool.example:6443", "carries userinfo"),
+        ("https://s3cr3t-pw@pool.example:6443/prefix", "carries userinfo"),
+        ("http://admin:s3cr3t-pw@pool.example", "carries userinfo"),
+        ("https://admin:s3cr3t/pw@pool.example", "carries userinfo"),
+        ("https://admin:s3cr3t?pw@pool.example", "carries userinfo"),
+        ("https://pool.example:6443?s3cr3t-pw=1", "has a query or fragment"),
+        ("https://pool.example:6443/?", "has a query or fragment"),
+        ("https://pool.example:6443#s3cr3t-pw", "has a query or fragment"),
+        ("https://pool.example:6443\r\nX-Evil: s3cr3t-pw", "whitespace or control characters"),
+        ("https://:6443", "has no host"),
+        ("https://pool.example:99999", "invalid port"),
+    ],
+)
+def test_server_url_with_userinfo_query_or_fragment_is_refused_without_echoing_it(
+    pki: dict[str, bytes], server: str, needle: str
+) -> None:
+    msg = refused(kubeconfig(pki, cluster={"server": server}), source="Secret t/kubeconfig")
+    assert needle in msg
+    assert "s3cr3t" not in msg and "admin" not in msg
+
+
+def test_server_url_with_a_path_prefix_is_kept(pki: dict[str, bytes]) -> None:
+    creds = parse_kubeconfig(kubeconfig(pki, cluster={"server": "https://[fd00::1]:6443/k8s/clusters/c1/"}))
+    assert creds.server == "https://[fd00::1]:6443/k8s/clusters/c1"
+
+
+def test_spdy_host_header_never_carries_userinfo() -> None:
+    from vkbridge.kubeletapi.spdyclient import host_header  # new in this fix: imported here
+
+    assert host_header("https://admin:s3cr3t@pool.example:6443/prefix") == "pool.example:6443"
+    assert host_header("https://pool.example") == "pool.example"
+    assert host_header("https://[fd00::1]:443") == "[fd00::1]:443"

@@ -11,6 +11,7 @@ import binascii
 import copy
 import datetime as dt
 import ipaddress
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -62,6 +63,9 @@ SigningKey = (
     ed25519.Ed25519PrivateKey | ed448.Ed448PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 )
 _SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+# cryptography warns on every CN over RFC 5280's advisory 64 characters (building or parsing one);
+# ours are legitimate (see _name), and a warning on stderr per certificate would only be noise.
+warnings.filterwarnings("ignore", message="Attribute's length must be", category=UserWarning)
 
 
 class CertificateRejected(ValueError):
@@ -213,6 +217,25 @@ def verify_certificate(
     not-before up to ``skew`` in the future is tolerated) and, for serving certificates, it names ``ips``.
     """
     cert = _load_cert(cert_pem)
+    try:
+        return _verify(cert, key, cn, orgs, now, ca_pem, ips, skew)
+    except CertificateRejected:
+        raise
+    except (ValueError, TypeError, x509.DuplicateExtension, x509.UnsupportedGeneralNameType) as exc:
+        # cryptography parses lazily: a malformed or duplicated extension or name surfaces only here.
+        raise CertificateRejected(f"certificate is malformed: {type(exc).__name__}") from None
+
+
+def _verify(
+    cert: x509.Certificate,
+    key: SigningKey,
+    cn: str,
+    orgs: Sequence[str],
+    now: dt.datetime,
+    ca_pem: bytes | None,
+    ips: Sequence[str],
+    skew: dt.timedelta,
+) -> CertInfo:
     if ca_pem is not None and not _signed_by(cert, _load_cas(ca_pem)):
         raise CertificateRejected(
             f"certificate (issuer {cert.issuer.rfc4514_string()!r}) is not signed by the expected CA"
@@ -250,9 +273,16 @@ def _san_ips(cert: x509.Certificate) -> set[str]:
 
 
 def _name(cn: str, orgs: Sequence[str]) -> x509.Name:
-    """O attributes first, then CN: the order of Liqo's (and client-go's) generated CSRs."""
+    """O attributes first, then CN: the order of Liqo's (and client-go's) generated CSRs.
+
+    The CN is not held to RFC 5280's advisory 64 characters, as Go's crypto/x509 does not hold it:
+    ``system:node:`` plus a 63-character node name is 75 characters and kube-apiserver signs it.
+    """
     attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
-    return x509.Name([*attrs, x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    if not cn:
+        raise ValueError("a certificate subject needs a CN")
+    common_name = x509.NameAttribute(NameOID.COMMON_NAME, cn, _validate=len(cn) <= 64)
+    return x509.Name([*attrs, common_name])
 
 
 def build_csr(key: SigningKey, cn: str, orgs: Sequence[str]) -> bytes:

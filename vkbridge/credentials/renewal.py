@@ -533,11 +533,31 @@ class CertificateRenewer:
             if not err.already_exists:
                 raise
         existing = await self._pool.get(RENEWS, name, self._remote_ns)
+        if not self._is_ours(existing):
+            raise RenewFailed(
+                f"Renew {self._remote_ns}/{name} exists and was not created by vkbridge for ResourceSlice "
+                f"{self._rs_name}; it is left alone (delete it if it is stale)"
+            )
         if self._renew_matches(existing, key, current):
             return existing
         if not await self._delete_renew(name, existing["metadata"].get("uid")):
             raise RenewFailed(f"Renew {self._remote_ns}/{name} exists for another key and may not be deleted")
         return await self._pool.create(RENEWS, body, self._remote_ns, field_manager=FIELD_MANAGER)
+
+    def _is_ours(self, renew: dict[str, Any]) -> bool:
+        """A Renew this renewer created: our labels and spec, and no owner (Liqo's own Renews are owned
+        by their Identity). Anything else with our name is someone else's and never deleted."""
+        meta = renew.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        spec = renew.get("spec") or {}
+        return (
+            labels.get(MANAGED_BY_LABEL) == MANAGED_BY
+            and labels.get(RESOURCESLICE_LABEL) == self._rs_name
+            and not meta.get("ownerReferences")
+            and spec.get("identityType") == "ResourceSlice"
+            and spec.get("consumerClusterID") == self._consumer_id
+            and (spec.get("resourceSliceRef") or {}).get("name") == self._rs_name
+        )
 
     async def _await_signed(
         self, name: str, renew: dict[str, Any], start_pem: bytes, key: SigningKey, current: CertInfo
@@ -573,8 +593,9 @@ class CertificateRenewer:
                 if time.monotonic() >= deadline:
                     raise
 
-    async def _delete_renew(self, name: str, uid: str | None = None) -> bool:
-        if not self._may_delete_renews:
+    async def _delete_renew(self, name: str, uid: str | None) -> bool:
+        """Delete one of our Renews, only the very object we looked at (UID precondition)."""
+        if not self._may_delete_renews or not uid:
             return False
         try:
             await self._pool.delete(RENEWS, name, self._remote_ns, preconditions_uid=uid)
@@ -599,6 +620,8 @@ class CertificateRenewer:
         try:
             found = await self._pool.list(RENEWS, self._remote_ns, label_selector=selector)
             for item in found.get("items") or []:
+                if not self._is_ours(item):
+                    continue
                 if not await self._delete_renew(item["metadata"]["name"], item["metadata"].get("uid")):
                     return
         except ApiError as err:

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
+from cryptography import x509
+
 from vkbridge.credentials.certs import (
     KUBELET_SERVING_USAGES,
     CertificateRejected,
@@ -59,6 +61,18 @@ class ServingCertificateError(Exception):
     """A CSR round that gave no usable certificate; the message is one clear reason."""
 
 
+# What one round may raise without ending the manager: the old certificate stays in use and the round
+# is retried with a capped backoff. ValueError covers cryptography's refusals (e.g. a malformed name).
+ROUND_ERRORS: Final = (
+    ApiError,
+    ServingCertificateError,
+    CertificateRejected,
+    ssl.SSLError,
+    ValueError,
+    x509.DuplicateExtension,
+)
+
+
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -85,6 +99,10 @@ def _server_context(chain_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
         while view:
             view = view[os.write(fd, view) :]
         ctx.load_cert_chain(f"/proc/self/fd/{fd}")
+    except ssl.SSLError as exc:  # e.g. a chain whose later blocks OpenSSL cannot parse
+        raise ServingCertificateError(
+            f"the certificate chain cannot be loaded: {exc.reason or exc}"
+        ) from None
     finally:
         os.close(fd)
     return ctx
@@ -172,15 +190,32 @@ class ServingCertificateManager:
                 return
             await asyncio.sleep(min(left, MAX_SLEEP_S))
 
+    def _self_signed(self) -> CertInfo:
+        cn, _ = serving_subject(self.node_name)
+        key = new_serving_key()
+        pem = self_signed_serving_certificate(
+            key, self.node_name, self.node_ip, now=self._clock(), lifetime=SELF_SIGNED_LIFETIME
+        )
+        info = verify_certificate(pem, key=key, cn=cn, orgs=("liqo.io",), now=self._clock(), ca_pem=pem)
+        self._install(pem, key, info)
+        return info
+
     async def _run_self_signed(self) -> None:
         cn, _ = serving_subject(self.node_name)
+        retry = Backoff(self._retry_base, self._retry_cap)
         while True:
-            key = new_serving_key()
-            pem = self_signed_serving_certificate(
-                key, self.node_name, self.node_ip, now=self._clock(), lifetime=SELF_SIGNED_LIFETIME
-            )
-            info = verify_certificate(pem, key=key, cn=cn, orgs=("liqo.io",), now=self._clock(), ca_pem=pem)
-            self._install(pem, key, info)
+            try:
+                info = self._self_signed()
+            except ROUND_ERRORS as err:
+                delay = retry.next()
+                log.warning(
+                    "self-signed kubelet serving certificate could not be made; retrying",
+                    error=str(err)[:300] or type(err).__name__,
+                    retry_in=f"{delay:.0f}s",
+                )
+                await asyncio.sleep(delay)
+                continue
+            retry.reset()
             log.info(
                 "self-signed kubelet serving certificate generated",
                 subject=cn,
@@ -194,18 +229,19 @@ class ServingCertificateManager:
         while True:
             try:
                 chain, key, info = await self._request_certificate()
-            except (ApiError, ServingCertificateError, CertificateRejected) as err:
+                self._install(chain, key, info)
+            except ROUND_ERRORS as err:
                 delay = retry.next()
                 log.warning(
                     "kubelet serving certificate request failed; retrying",
                     csr=self.last_csr or "-",
-                    error=str(err)[:300],
+                    error=str(err)[:300] or type(err).__name__,
                     retry_in=f"{delay:.0f}s",
+                    serving="the previous certificate" if self._ctx is not None else "nothing yet",
                 )
                 await asyncio.sleep(delay)
                 continue
             retry.reset()
-            self._install(chain, key, info)
             now = self._clock()
             # A signer that backdates a short certificate can put the rotation point in the past: never
             # ask again at once, or an auto-approving cluster would be flooded with CSRs.

@@ -1,8 +1,13 @@
 """Kubeconfig parsing into immutable, verified credentials, and the TLS context built from them.
 
-Everything here is pure except the helpers that read files (``load_kubeconfig_file``, ``*-file``
+Everything here is pure except the helpers that read files (``load_kubeconfig_file``, its file
 references, ``in_cluster_credentials``, ``read_token``). Key material and tokens never appear in
 ``repr()``, in exception messages or in logs.
+
+Only the operator's own kubeconfig file may name local files (``allow_files=True``): a kubeconfig that
+arrives in a Secret is someone else's input, and a ``tokenFile: /var/run/secrets/.../token`` there would
+make us send our own ServiceAccount token to the server it names. Local files are read only when they
+are regular files of bounded size, opened non-blocking, so a FIFO or ``/dev/zero`` cannot hang a thread.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ import datetime as dt
 import ipaddress
 import os
 import ssl
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
+from urllib.parse import urlsplit
 
 import yaml
 from cryptography import x509
@@ -25,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import NameOID
 
 __all__ = [
+    "FILE_FIELDS",
     "SA_DIR",
     "CertInfo",
     "Credentials",
@@ -39,6 +47,13 @@ __all__ = [
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _SUPPORTED_PROXY_SCHEMES = ("http", "https")
+MAX_FILE_BYTES: Final = 1 << 20  # a kubeconfig, certificate or token is far smaller
+# Every kubeconfig field that makes a client read a local file (clientcmd v1), per section. The
+# plugin sections (exec, auth-provider) run commands or read files and are refused everywhere.
+FILE_FIELDS: Final[dict[str, tuple[str, ...]]] = {
+    "cluster": ("certificate-authority",),
+    "user": ("client-certificate", "client-key", "tokenFile"),
+}
 
 
 class KubeconfigError(ValueError):
@@ -120,13 +135,11 @@ def cert_info(pem: bytes | str) -> CertInfo:
 
 
 def load_kubeconfig_file(path: str | os.PathLike[str], *, context: str | None = None) -> Credentials:
-    """Parse a kubeconfig file; relative ``*-file`` references resolve against its directory."""
+    """Parse the operator's kubeconfig file (blocking: call from a thread on the loop); it may name
+    local files, and relative references resolve against its directory."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise KubeconfigError(f"cannot read kubeconfig {p}: {exc.strerror}") from None
-    return parse_kubeconfig(text, base_dir=p.parent, context=context, source=str(p))
+    text = _read_local_file(p, f"kubeconfig {p}")
+    return parse_kubeconfig(text, base_dir=p.parent, context=context, source=str(p), allow_files=True)
 
 
 def parse_kubeconfig(
@@ -135,11 +148,16 @@ def parse_kubeconfig(
     base_dir: str | os.PathLike[str] | None = None,
     context: str | None = None,
     source: str = "kubeconfig",
+    allow_files: bool = False,
 ) -> Credentials:
     """Credentials of the current (or given) context. Raises ``KubeconfigError`` with one clear reason,
-    naming ``source`` so the operator knows which file or Secret to fix."""
+    naming ``source`` so the operator knows which file or Secret to fix.
+
+    Without ``allow_files`` (the default: a kubeconfig from a Secret) any field of FILE_FIELDS is refused
+    before anything is read; only inline data (``*-data``, ``token``) is used.
+    """
     try:
-        return _parse(config, base_dir, context, source)
+        return _parse(config, base_dir if allow_files else None, context, source, allow_files)
     except KubeconfigError as err:
         if source == "kubeconfig" or source in str(err):
             raise
@@ -151,6 +169,7 @@ def _parse(
     base_dir: str | os.PathLike[str] | None,
     context: str | None,
     source: str,
+    allow_files: bool,
 ) -> Credentials:
     doc = _load_doc(config)
     ctx_name = context or doc.get("current-context") or ""
@@ -173,8 +192,21 @@ def _parse(
         if user_name not in users:
             raise KubeconfigError(f"kubeconfig context {ctx_name!r} references unknown user {user_name!r}")
         user = users[user_name]
+    if not allow_files:
+        _refuse_file_fields("cluster", cluster_name, clusters[cluster_name])
+        _refuse_file_fields("user", str(user_name), user)
     base = Path(base_dir) if base_dir is not None else None
     return _credentials(clusters[cluster_name], user, base, source)
+
+
+def _refuse_file_fields(section: str, name: str, body: Mapping[str, Any]) -> None:
+    for key in FILE_FIELDS[section]:
+        if body.get(key) not in (None, ""):
+            raise KubeconfigError(
+                f"refusing kubeconfig: {section} {name!r} sets {key}, a local file path; a kubeconfig "
+                "from a Secret may carry only inline data (certificate-authority-data, "
+                "client-certificate-data, client-key-data, token), and vkbridge never opens the file"
+            )
 
 
 def _load_doc(config: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
@@ -212,12 +244,7 @@ def _credentials(
             "refusing kubeconfig: insecure-skip-tls-verify is set; "
             "vkbridge always verifies the pool's certificate"
         )
-    server = cluster.get("server")
-    if not isinstance(server, str) or not server:
-        raise KubeconfigError("refusing kubeconfig: cluster has no server URL")
-    server = server.rstrip("/")
-    if not server.startswith("https://"):
-        raise KubeconfigError(f"refusing kubeconfig: server must be https, got {_strip_userinfo(server)!r}")
+    server = _check_server(cluster.get("server"))
     ca = _data_or_file(cluster, "certificate-authority-data", "certificate-authority", base)
     if ca is None:
         raise KubeconfigError(
@@ -281,6 +308,40 @@ def _credentials(
     )
 
 
+def _check_server(server: object) -> str:
+    """The server URL without a trailing slash: https, a host, and nothing a log or Host header could leak.
+
+    Userinfo (``https://user:secret@host``) is refused, never echoed; a query or fragment is refused as
+    client-go cannot use one either (request paths are appended to the URL).
+    """
+    if not isinstance(server, str) or not server:
+        raise KubeconfigError("refusing kubeconfig: cluster has no server URL")
+    if any(ord(ch) <= 0x20 or ord(ch) == 0x7F for ch in server):
+        raise KubeconfigError("refusing kubeconfig: server URL contains whitespace or control characters")
+    if "@" in server:  # anywhere: a password may hold '/', '?' or '#', which would hide it from urlsplit
+        host = server.rpartition("@")[2].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+        raise KubeconfigError(
+            f"refusing kubeconfig: server URL 'https://***@{host}' carries userinfo (user:password@); "
+            "put credentials in the kubeconfig's user, never in the URL"
+        )
+    shown = server.partition("?")[0].partition("#")[0]  # a query may hold a secret too
+    parts = urlsplit(server)
+    if parts.scheme != "https":
+        raise KubeconfigError(f"refusing kubeconfig: server must be https, got {shown!r}")
+    if "?" in server or "#" in server:
+        raise KubeconfigError(
+            f"refusing kubeconfig: server URL {shown!r} has a query or fragment; give scheme, host, port "
+            "and an optional path only"
+        )
+    try:
+        parts.port  # noqa: B018 - validates the port
+    except ValueError:
+        raise KubeconfigError(f"refusing kubeconfig: server URL {shown!r} has an invalid port") from None
+    if not parts.hostname:
+        raise KubeconfigError(f"refusing kubeconfig: server URL {shown!r} has no host")
+    return server.rstrip("/")
+
+
 def _data_or_file(
     section: Mapping[str, Any], data_key: str, file_key: str, base: Path | None
 ) -> bytes | None:
@@ -295,13 +356,31 @@ def _data_or_file(
         p = Path(str(path))
         if base is not None and not p.is_absolute():
             p = base / p
-        try:
-            return p.read_bytes()
-        except OSError as exc:
-            raise KubeconfigError(
-                f"refusing kubeconfig: cannot read {file_key} {p}: {exc.strerror}"
-            ) from None
+        return _read_local_file(p, f"{file_key} {p}", "refusing kubeconfig: ")
     return None
+
+
+def _read_local_file(path: Path, what: str, prefix: str = "") -> bytes:
+    """A regular file of at most MAX_FILE_BYTES; opened non-blocking so a FIFO is refused, not waited on."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as exc:
+        raise KubeconfigError(f"{prefix}cannot read {what}: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise KubeconfigError(f"{prefix}{what} is not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 65536):
+            size += len(chunk)
+            if size > MAX_FILE_BYTES:
+                raise KubeconfigError(f"{prefix}{what} is larger than {MAX_FILE_BYTES} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise KubeconfigError(f"{prefix}cannot read {what}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
 
 
 def _check_cert_and_key(cert_pem: bytes, key_pem: bytes) -> None:
@@ -334,9 +413,10 @@ def _strip_userinfo(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
-    host, at, tail = rest.partition("@")
-    if at and "/" not in host:
-        return f"{scheme}://***@{tail}"
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    if "@" in authority:
+        return f"{scheme}://***@{authority.rpartition('@')[2]}{tail}"
     return url
 
 
@@ -344,11 +424,11 @@ def _strip_userinfo(url: str) -> str:
 
 
 def read_token(path: str | os.PathLike[str]) -> str:
-    """Read a bearer token file (blocking: call from a thread on the loop)."""
+    """Read a bearer token file (blocking: call from a thread on the loop); regular files only."""
     try:
-        token = Path(path).read_text().strip()
-    except OSError as exc:
-        raise KubeconfigError(f"cannot read token file {path}: {exc.strerror}") from None
+        token = _read_local_file(Path(path), f"token file {path}").decode().strip()
+    except UnicodeDecodeError:
+        raise KubeconfigError(f"token file {path} is not text") from None
     if not token:
         raise KubeconfigError(f"token file {path} is empty")
     return token
@@ -371,11 +451,9 @@ def in_cluster_credentials(
     d = Path(sa_dir)
     token_file = d / "token"
     token = read_token(token_file)
+    ca = _read_local_file(d / "ca.crt", str(d / "ca.crt"))
     try:
-        ca = (d / "ca.crt").read_bytes()
         x509.load_pem_x509_certificates(ca)
-    except OSError as exc:
-        raise KubeconfigError(f"cannot read {d / 'ca.crt'}: {exc.strerror}") from None
     except ValueError:
         raise KubeconfigError(f"{d / 'ca.crt'} is not a valid PEM certificate") from None
     return Credentials(
