@@ -40,7 +40,7 @@ from reflectors.forge.configuration import (
 )
 from reflectors.forge.labels import is_reflected, reflected_label_selector
 from reflectors.forge.names import local_configmap_name, remote_configmap_name
-from reflectors.forge.references import CONFIGMAP, SECRET, pod_references
+from reflectors.forge.references import CONFIGMAP, SECRET, Reference, pod_references
 from reflectors.refcount import ObjectRef, RefIndex
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import CONFIGMAPS, SECRETS, ApiError, Resource
@@ -227,6 +227,7 @@ class ConfigurationReflector:
         self._releasable: set[ObjectRef] = set()  # unreferenced: delete the remote copy
         self._locks: dict[ObjectRef, _Lock] = {}
         self._noted: dict[ObjectRef, str] = {}  # last "not reflected" reason logged, one line per change
+        self._absent: dict[str, tuple[Reference, ...]] = {}  # pod key -> references not found locally
         self._selector = reflected_label_selector(ctx.local_cluster_id, ctx.remote_cluster_id)
         ctx.reach.subscribe(self._on_pool)
 
@@ -367,19 +368,31 @@ class ConfigurationReflector:
         self._register(pod_key, objs)
         missing: list[str] = []
         waiting: list[ObjectRef] = []
+        absent: list[Reference] = []
         try:
             for ref, obj in zip(refs, objs, strict=True):
                 async with self._lock(obj):
                     outcome = await self._reconcile(pair, obj, confirm_missing=True)
                 if outcome.recheck is not None:
                     self.queue.add_after(obj.key(), outcome.recheck)
+                if outcome.reason == NOT_FOUND:
+                    absent.append(ref)
                 if outcome.ready or (ref.optional and not outcome.blocking):
                     continue
                 missing.append(f"{ref.kind} {c.go_quote(ref.name)} ({outcome.reason})")
                 waiting.append(obj)
         finally:
             self.index.set_waiting(pod_key, waiting)
+            if absent:
+                self._absent[pod_key] = tuple(absent)
+            else:
+                self._absent.pop(pod_key, None)
         return missing
+
+    def absent_references(self, pod_key: str) -> tuple[Reference, ...]:
+        """The references the last ``ensure_for_pod`` of this pod found missing (not found locally),
+        optional ones included: the pod reflector tells them with the upstream virtual-kubelet reasons."""
+        return self._absent.get(pod_key, ())
 
     def track_pod(self, pair_local: str, pod: Mapping[str, Any]) -> None:
         """Register a pod already running on the pool (found at start-up); its objects are checked soon."""
@@ -393,6 +406,7 @@ class ConfigurationReflector:
 
     def release_pod(self, pod_key: str) -> None:
         """The pod is gone or terminal: copies nothing else references are deleted from the pool."""
+        self._absent.pop(pod_key, None)
         self._release(self.index.drop_pod(pod_key))
 
     @staticmethod

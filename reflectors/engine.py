@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -21,10 +22,11 @@ from reflectors.configuration import (
 )
 from reflectors.context import ReflectionContext
 from reflectors.events import RemoteEventReflector
-from reflectors.fallback import FallbackReflector
+from reflectors.fallback import FallbackPoolUnavailable, FallbackReflector
 from reflectors.forge import constants as c
 from reflectors.forge import names as fnames
 from reflectors.forge import pods as fp
+from reflectors.forge.shadowpod import remote_pod_of
 from reflectors.pairs import NamespacePair, new_pair, remote_selector
 from reflectors.pods import PodReflector, PoolUnavailable
 from vkbridge.grant import Admission, Grant
@@ -38,6 +40,8 @@ log = get_logger("reflectors.engine")
 
 
 PAIRED_PHASES = ("Accepted", "Terminating")
+# A pair whose caches have not synced after this long is logged once, with the caches' reason.
+PAIR_STUCK_SECONDS = 10.0
 
 
 def accepted_pairs(namespace_maps: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
@@ -123,8 +127,16 @@ class ReflectionEngine:
             inactivity_timeout=inactivity_timeout,
         )
         self.pods = PodReflector(
-            ctx, self.local_pods, admission, self._on_grant_wait, self._on_release, self.configuration
+            ctx,
+            self.local_pods,
+            admission,
+            self._on_grant_wait,
+            self._on_release,
+            self.configuration,
+            on_grant_done=self._on_grant_done,
         )
+        # read at scrape time: exact the moment a pod is admitted, deleted or finishes
+        ctx.metrics.pods_waiting_for_grant.set_function(lambda: len(self.waiting))
         self.fallback = FallbackReflector(ctx)
         self.events = RemoteEventReflector(
             ctx, self.local_pods, event_workers, inactivity_timeout=inactivity_timeout
@@ -135,6 +147,10 @@ class ReflectionEngine:
         self._requeue_waiting_pending = False
         self.refused: dict[str, str] = {}  # namespace the pool refused to map -> why (logged once)
         self._told_refused: set[str] = set()  # pods whose wait for such a namespace was logged
+        self.unpaired: dict[str, str] = {}  # local namespace -> the remote it was paired with
+        self._ns_pods: Counter[str] = Counter()  # local pods of our node per namespace
+        self._gated: set[str] = set()  # pods waiting before admission for another pair to sync
+        self.pods.admission_gate = self._admission_gate
         self.local_pods.subscribe(self._on_local)
         self.namespace_maps.subscribe(lambda *_: self._pairs_dirty.set())
         ctx.reach.subscribe(self._on_pool)
@@ -213,27 +229,41 @@ class ReflectionEngine:
     def _start_pair(self, local: str, remote: str) -> None:
         assert self._tg is not None
         pair = new_pair(self.ctx.pool, local, remote, self._selector, self.queue.add, self.inactivity_timeout)
-        pair.shadows.subscribe(lambda _t, _o, new: self._account(pair, new))
+        pair.shadows.subscribe(lambda _t, old, new: self._account(pair, old, new))
         for cache in pair.caches():
             pair.tasks.append(self._tg.create_task(cache.run(), name=f"cache-{cache.name}"))
         self.configuration.start_pair(local, remote, self._tg.create_task)
         pair.tasks.append(self._tg.create_task(self._when_synced(pair), name=f"pair-sync-{local}"))
         self.pairs[local] = pair
+        self.unpaired.pop(local, None)
         self.events.start_pair(local, remote, self._tg.create_task)
         log.info("reflection starting", namespace=local, remote=remote)
 
     def _stop_pair(self, pair: NamespacePair) -> None:
         for task in pair.tasks:
             task.cancel()
+        self.pods.release_namespace(pair.local)  # its ShadowPods are out of sight now: no leaked share
+        prefix = pair.local + "/"
+        for key in [k for k in self.waiting if k.startswith(prefix)]:
+            del self.waiting[key]  # they wait for a pair now, not for the grant
         self.events.stop_pair(pair.local)
         self.configuration.stop_pair(pair.local)
         log.info("reflection stopped", namespace=pair.local, remote=pair.remote)
+        self.unpaired[pair.local] = pair.remote  # its terminating pods: the fallback looks there first
+        self._requeue_gated()
         self._requeue_namespace(pair.local)
 
     async def _when_synced(self, pair: NamespacePair) -> None:
-        await pair.shadows.wait_synced()
-        await pair.remote_pods.wait_synced()
-        await self.configuration.wait_synced(pair.local)
+        if not await self._wait_pair(pair, PAIR_STUCK_SECONDS):
+            # Once, not per pod or per retry: the caches retry on their own with a capped backoff. Only
+            # this namespace's pods wait; others go on (new admissions wait only if it holds pods).
+            log.warning(
+                "namespace reflection not starting: its pods wait",
+                namespace=pair.local,
+                remote=pair.remote,
+                reason=self._pair_problem(pair),
+            )
+            await self._wait_pair(pair, None)
         log.info(
             "reflection started",
             namespace=pair.local,
@@ -242,8 +272,42 @@ class ReflectionEngine:
             remote_pods=len(pair.remote_pods),
         )
         self._requeue_namespace(pair.local)
+        self._requeue_gated()
         if self.all_pairs_synced():
             self._requeue_waiting()
+
+    async def _wait_pair(self, pair: NamespacePair, timeout: float | None) -> bool:
+        """Wait for the pair's pod and configuration caches; False if ``timeout`` passed first."""
+        try:
+            async with asyncio.timeout(timeout):
+                await pair.shadows.wait_synced()
+                await pair.remote_pods.wait_synced()
+                await self.configuration.wait_synced(pair.local)
+        except TimeoutError:
+            return False
+        return True
+
+    def _pair_problem(self, pair: NamespacePair) -> str:
+        config = self.configuration.pairs.get(pair.local)
+        caches = [*pair.caches(), *(config.caches() if config is not None else ())]
+        stuck = [f"{c.name}: {c.problem or c.state}" for c in caches if not c.synced]
+        return "; ".join(stuck) or "configuration not synced"
+
+    def _admission_gate(self, key: str) -> str | None:
+        """Why a new ShadowPod for ``key`` must wait: another pair that holds pods of our node has not
+        synced, so its ShadowPods are not counted against the grant yet (restart safety). A pair with no
+        pods here holds no charge; status, metadata and deletion never wait for other pairs."""
+        ns = key.split("/", 1)[0]
+        for pair in self.pairs.values():
+            if pair.local != ns and self._ns_pods.get(pair.local) and not self._pair_synced(pair):
+                self._gated.add(key)
+                return f"namespace {pair.local} is not reflected yet: its ShadowPods are not counted"
+        return None
+
+    def _requeue_gated(self) -> None:
+        gated, self._gated = self._gated, set()
+        for key in gated:
+            self.queue.add(key)
 
     def all_pairs_synced(self) -> bool:
         return all(self._pair_synced(p) for p in self.pairs.values())
@@ -251,15 +315,18 @@ class ReflectionEngine:
     def _pair_synced(self, pair: NamespacePair) -> bool:
         return pair.synced and self.configuration.synced(pair.local)
 
-    def _account(self, pair: NamespacePair, shadow: Mapping[str, Any] | None) -> None:
-        """Existing ShadowPods count against the grant from the moment we see them (restart safety)."""
-        if shadow is None or fp.phase_of(shadow) in ("Succeeded", "Failed") or fp.is_terminating(shadow):
+    def _account(
+        self, pair: NamespacePair, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
+    ) -> None:
+        """ShadowPods count against the grant from the moment we see them (restart safety), and stop
+        counting the moment they finish, are being deleted or are gone."""
+        name = fp.name_of(new if new is not None else old)
+        key = f"{pair.local}/{name}"
+        if new is None:
+            self.pods.release_gone(key, old)
             return
-        key = f"{pair.local}/{fp.name_of(shadow)}"
-        local = self.local_pods.get(key)
-        if local is None or fp.is_terminal(local):
-            return
-        self.pods.charge_existing(key, shadow)
+        remote = remote_pod_of(new, pair.remote_pods.get(f"{pair.remote}/{name}"))
+        self.pods.account(key, self.local_pods.get(key), new, remote)
 
     # ------------------------------------------------------------------------------------------ routing
 
@@ -271,8 +338,7 @@ class ReflectionEngine:
                 if ns in requested_namespaces(self.namespace_maps.list()):
                     self._tell_refused(key, ns)  # mapping not Accepted (yet): wait, never abort
                     return None
-                await self.fallback.handle(key, self.local_pods.get(key))
-                return None
+                return await self.fallback.handle(key, self.local_pods.get(key), self.unpaired.get(ns))
             if not self._pair_synced(pair):
                 if not self.ctx.reach.connected:
                     self.parked.add(key)
@@ -280,10 +346,8 @@ class ReflectionEngine:
             local = self.local_pods.get(key)
             if pair.phase != "Accepted" and local is not None and not fp.is_terminating(local):
                 return None  # the pool is removing this namespace: send nothing new, abort nothing
-            if local is not None and not self.all_pairs_synced():
-                return RequeueAfter(1.0)  # admission needs every pair's ShadowPods counted first
-            return await self.pods.handle(key, pair)
-        except (PoolUnavailable, ConfigurationPoolUnavailable) as err:
+            return await self.pods.handle(key, pair)  # new admissions wait on _admission_gate
+        except (PoolUnavailable, ConfigurationPoolUnavailable, FallbackPoolUnavailable) as err:
             if self.ctx.reach.connected:
                 # One request failed in transit (a tunnel reset) but the pinger still reaches the pool:
                 # parking would wait for a Lost -> Connected transition that may never come. Retry soon;
@@ -320,15 +384,31 @@ class ReflectionEngine:
         obj = new if new is not None else old
         if obj is not None:
             key = object_key(obj)
+            ns = key.split("/", 1)[0]
             if new is None:
                 self.pods.arrived.pop(key, None)  # never handled by the pod reflector (no pair)
                 self._told_refused.discard(key)
-            elif old is None and key not in self.pods.infos:
-                self.pods.arrived[key] = time.monotonic()
+                self._ns_pods[ns] -= 1
+                if self._ns_pods[ns] <= 0:
+                    del self._ns_pods[ns]
+                    if self._gated:
+                        self._requeue_gated()  # that namespace may have been what held them
+            elif old is None:
+                self._ns_pods[ns] += 1
+                if key not in self.pods.infos:
+                    self.pods.arrived[key] = time.monotonic()
             self.queue.add(key)
 
     def _on_pool(self, old: PoolState, new: PoolState) -> None:
-        if new is not PoolState.CONNECTED or old is PoolState.UNKNOWN:
+        if new is not PoolState.CONNECTED:
+            return
+        if old is PoolState.UNKNOWN:
+            # First contact: every pod was queued at start already, but keys parked before it need it now.
+            waiting, self.parked = self.parked, set()
+            for key in waiting:
+                self.queue.add(key)
+            if waiting:
+                log.info("pool reached: retrying parked pods", parked=len(waiting))
             return
         parked = len(self.parked)
         self.parked.clear()
@@ -360,6 +440,9 @@ class ReflectionEngine:
     def _on_grant_wait(self, key: str, created: str) -> None:
         self.waiting[key] = created
 
+    def _on_grant_done(self, key: str) -> None:
+        self.waiting.pop(key, None)
+
     def _on_release(self, key: str) -> None:
         self.waiting.pop(key, None)
         if self.waiting and not self._requeue_waiting_pending:
@@ -390,7 +473,6 @@ class ReflectionEngine:
         while True:
             m.queue_depth.labels(queue="pods").set(len(self.queue))
             m.queue_depth.labels(queue="configuration").set(len(self.configuration.queue))
-            m.pods_waiting_for_grant.set(len(self.waiting))
             m.reflected_pods.set(sum(len(p.shadows) for p in self.pairs.values()))
             for resource, value in self.admission.grant.resources.items():
                 m.grant.labels(resource=resource).set(float(value))

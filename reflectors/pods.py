@@ -16,15 +16,25 @@ from typing import Any, Protocol
 from reflectors.context import ReflectionContext
 from reflectors.forge import constants as c
 from reflectors.forge import pods as fp
-from reflectors.forge.shadowpod import forge_shadowpod, needs_update
+from reflectors.forge.references import Reference, not_found_events
+from reflectors.forge.shadowpod import (
+    controlling_shadow_uid,
+    forge_shadowpod,
+    ignored_apiserver_override,
+    is_stale_shadow,
+    local_pod_uid_of,
+    needs_update,
+    remote_pod_of,
+)
 from reflectors.forge.status import (
     forge_local_status,
+    overrides_terminal,
     rejected_status,
     restarts_on_remote_change,
     status_equal,
 )
 from reflectors.pairs import NamespacePair
-from vkbridge.grant import Admission, pod_requests
+from vkbridge.grant import Admission, Decision, pod_requests, spec_requests
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import PODS, SHADOWPODS, ApiError
 from vkbridge.kube.workqueue import RequeueAfter
@@ -38,6 +48,8 @@ log = get_logger("reflectors.pods")
 PENDING_COALESCE_SECONDS = 3.0
 # After we create a ShadowPod, our cache may lag: do not re-create it during this window.
 CREATION_GRACE_SECONDS = 30.0
+# A pod held before admission is re-queued when the gate lifts; this is only the safety net.
+ADMISSION_GATE_RETRY_SECONDS = 30.0
 
 
 class ConfigurationPort(Protocol):
@@ -50,6 +62,8 @@ class ConfigurationPort(Protocol):
     def release_pod(self, pod_key: str) -> None: ...
 
     def missing_message(self, missing: Iterable[str]) -> str: ...
+
+    def absent_references(self, pod_key: str) -> tuple[Reference, ...]: ...
 
 
 class PoolUnavailable(Exception):
@@ -75,6 +89,10 @@ class PodInfo:
     waiting_message: str | None = None
     config_message: str | None = None
     hinted_no_requests: bool = False
+    local_uid: str | None = None  # the local pod this memory is about (a same-name replacement resets it)
+    replacing: str | None = None  # UID of an earlier pod's ShadowPod being deleted before ours is created
+    gate_message: str | None = None
+    told_apiserver_ignored: bool = False
 
 
 def already_written(info: PodInfo, local_rv: str, new: Mapping[str, Any]) -> bool:
@@ -98,14 +116,21 @@ class PodReflector:
         on_grant_wait: Callable[[str, str], None],
         on_release: Callable[[str], None],
         configuration: ConfigurationPort,
+        on_grant_done: Callable[[str], None] = lambda _key: None,
     ) -> None:
         self.ctx = ctx
         self.local_pods = local_pods
         self.admission = admission
         self._on_grant_wait = on_grant_wait
         self._on_release = on_release
+        self._on_grant_done = on_grant_done  # the pod no longer waits for the grant (admitted, gone, ...)
         self.configuration = configuration
         self.infos: dict[str, PodInfo] = {}
+        # Why a new ShadowPod must wait before admission (None: it may go); the engine sets it.
+        self.admission_gate: Callable[[str], str | None] = lambda _key: None
+        # local pod key -> its ledger key: the UID of the local pod its ShadowPod was made for. At most one
+        # charge per name; by UID so a same-name replacement never inherits its predecessor's charge.
+        self.charged: dict[str, str] = {}
         # When each pod first reached our cache bound to the node: the outbound latency counts the time it
         # waited in the queue too, not only our handling of it.
         self.arrived: dict[str, float] = {}
@@ -119,7 +144,10 @@ class PodReflector:
         remote = pair.remote_pods.get(f"{pair.remote}/{name}")
 
         if local is None:
-            self._release(key)
+            if shadow is None or fp.is_terminating(shadow):
+                self._release(key)
+            else:
+                self._on_grant_done(key)  # the share goes when the pool shows the ShadowPod deleted
             self.configuration.release_pod(key)
             self.infos.pop(key, None)
             self.arrived.pop(key, None)
@@ -127,7 +155,14 @@ class PodReflector:
                 await self._delete_shadow(key, shadow, "local pod gone")
             return None
 
-        info = self._info(key)
+        info = self._info_for(key, local)
+        if shadow is not None and is_stale_shadow(shadow, local):
+            return await self._replace_stale(key, shadow, info)
+        if info.replacing is not None:
+            if shadow is None and remote is not None and controlling_shadow_uid(remote) == info.replacing:
+                return None  # the earlier pod's remote pod is still going away: its deletion re-queues us
+            info.replacing = None
+        remote = None if remote_pod_of(shadow, remote) is None else remote
         if fp.is_terminating(local):
             self.configuration.release_pod(key)
             return await self._handle_terminating(key, local, shadow, remote, pair)
@@ -142,8 +177,12 @@ class PodReflector:
             self.configuration.release_pod(key)
             return None
 
-        if fp.is_terminal(local) and (remote is None or fp.phase_of(remote) == fp.phase_of(local)):
-            self._release(key)  # terminal is final: never re-created (liqo#3096), share freed (liqo#3137)
+        if fp.is_terminal(local):
+            # Terminal is final (invariant 4): never re-created (liqo#3096), never given another phase
+            # whatever the remote pod shows, share freed (liqo#3137); a pool still running it is stopped.
+            if shadow is not None and not fp.is_terminating(shadow) and _still_running(remote):
+                await self._delete_shadow(key, shadow, f"local pod is {fp.phase_of(local)}")
+            self._release(key)
             self.configuration.release_pod(key)
             return None
 
@@ -162,7 +201,7 @@ class PodReflector:
         info.shadow_seen = True
         if info.created_at is None:
             info.created_at = time.monotonic() - CREATION_GRACE_SECONDS  # found at start-up
-        self.charge_existing(key, shadow)
+        self.account(key, local, shadow, remote)
         self.configuration.track_pod(pair.local, local)
         if not fp.has_remote_unavailable_label(local):
             await self._sync_metadata(key, local, shadow, pair)
@@ -179,6 +218,15 @@ class PodReflector:
         pair: NamespacePair,
     ) -> RequeueAfter | None:
         if shadow is None and remote is None:
+            info = self.infos.get(key)
+            if info is not None and info.created_at is not None and not info.shadow_seen:
+                # We created (or found) its ShadowPod and our cache has not shown it yet: ask the pool
+                # before deciding that nothing exists remotely (invariant 1).
+                found = await self._lookup_shadow(key, pair)
+                if found is not None:
+                    if not fp.is_terminating(found):
+                        await self._delete_shadow(key, found, "local pod terminating")
+                    return RequeueAfter(1.0)
             ns, name = key.split("/", 1)
             try:
                 await self.ctx.home.delete(
@@ -203,6 +251,13 @@ class PodReflector:
     async def _create_shadow(
         self, key: str, local: Mapping[str, Any], pair: NamespacePair, info: PodInfo
     ) -> RequeueAfter | None:
+        blocked = self.admission_gate(key)
+        if blocked is not None:
+            if info.gate_message != blocked:
+                info.gate_message = blocked
+                log.info("pod waits before admission", pod=key, reason=blocked)
+            return RequeueAfter(ADMISSION_GATE_RETRY_SECONDS)  # also re-queued when the gate lifts
+        info.gate_message = None
         if not self.admission.grant.resources:
             return RequeueAfter(2.0)  # the grant is not known yet (ResourceSlice not granted): wait quietly
         requests = self._requests(local)
@@ -213,7 +268,7 @@ class PodReflector:
                 "(declare requests, user guide section 3.8)",
                 pod=key,
             )
-        decision = self.admission.admit(key, requests)
+        decision = self._admit(key, local, requests)
         if not decision.ok:
             message = decision.message
             if info.waiting_message != message:
@@ -222,6 +277,7 @@ class PodReflector:
                 self.ctx.recorder.event(local, "Warning", c.EVENT_FAILED_REFLECTION, message)
             self._on_grant_wait(key, fp.meta(local).get("creationTimestamp") or "")
             return None
+        self._on_grant_done(key)
         if info.waiting_message is not None:
             log.info("pod admitted by the grant", pod=key)
             info.waiting_message = None
@@ -238,10 +294,12 @@ class PodReflector:
                 info.config_message = message
                 log.info("pod waits for referenced objects", pod=key, missing=", ".join(missing))
                 self.ctx.recorder.event(local, "Warning", c.EVENT_FAILED_REFLECTION, message)
+                self._tell_not_found(local, key, optional=False)
             return None
         info.config_message = None
 
         self._require_pool()
+        self._tell_ignored_apiserver_override(local, info)
         body = self._forge(local, pair, None)
         try:
             await self.ctx.pool.create(SHADOWPODS, body, pair.remote, field_manager=c.FIELD_MANAGER)
@@ -267,10 +325,38 @@ class PodReflector:
             c.EVENT_SUCCESSFUL_REFLECTION,
             c.successful_reflection_msg(self.ctx.remote_cluster_id),
         )
+        self._tell_not_found(local, key, optional=True)
         log.info(
             "ShadowPod created", pod=key, remote=f"{pair.remote}/{key.split('/', 1)[1]}", elapsed=_ms(elapsed)
         )
         return None
+
+    async def _lookup_shadow(self, key: str, pair: NamespacePair) -> dict[str, Any] | None:
+        """Our ShadowPod of that name as the pool has it now (None: none, or not ours)."""
+        self._require_pool()
+        try:
+            found = await self.ctx.pool.get(SHADOWPODS, key.split("/", 1)[1], pair.remote)
+        except ApiError as err:
+            if err.not_found:
+                return None
+            self._pool_error(err)
+            raise
+        return found if self._ours(found) else None
+
+    async def _replace_stale(self, key: str, shadow: Mapping[str, Any], info: PodInfo) -> RequeueAfter | None:
+        """The ShadowPod of that name was made for an earlier local pod (its UID annotation differs): delete
+        it (UID precondition) and create this pod's once the pool shows nothing left of the earlier one.
+        Its status is never mirrored onto this pod, nor is it adopted."""
+        if info.replacing != fp.uid_of(shadow):
+            info.replacing = fp.uid_of(shadow)
+            log.info(
+                "ShadowPod was made for an earlier pod of the same name: replacing it",
+                pod=key,
+                earlier_uid=local_pod_uid_of(shadow),
+            )
+        if not fp.is_terminating(shadow):
+            await self._delete_shadow(key, shadow, "made for an earlier pod of the same name")
+        return None  # its deletion, then its remote pod's, re-queue the key
 
     async def _adopt_existing(
         self, key: str, local: Mapping[str, Any], pair: NamespacePair, info: PodInfo
@@ -281,12 +367,7 @@ class PodReflector:
         except ApiError as err:
             self._pool_error(err)
             raise
-        labels = fp.labels_of(existing)
-        if (
-            labels.get(c.ORIGIN_LABEL) != self.ctx.local_cluster_id
-            or labels.get(c.DESTINATION_LABEL) != self.ctx.remote_cluster_id
-            or labels.get(c.NODENAME_LABEL) != self.ctx.node_name
-        ):
+        if not self._ours(existing):
             self._release(key)
             msg = c.failed_reflection_already_exists_msg(self.ctx.remote_cluster_id)
             if info.waiting_message != msg:
@@ -342,6 +423,8 @@ class PodReflector:
                 new = rejected_status(
                     dict(local), fp.phase_of(shadow), c.REASON_REMOTE_POD_TERMINATED, _now()
                 )
+                if overrides_terminal(local, new):
+                    return None
                 await self._write_status(key, local, new)
                 self._release(key)
             return None
@@ -366,6 +449,8 @@ class PodReflector:
             disable_ip_reflection=self.ctx.disable_ip_reflection,
             remote_unavailable=fp.has_remote_unavailable_label(local),
         )
+        if overrides_terminal(local, new):
+            return None  # Succeeded/Failed is final, whatever the remote pod shows (invariant 4)
         local_rv = fp.meta(local).get("resourceVersion") or ""
         if already_written(info, local_rv, new):
             return None
@@ -444,6 +529,39 @@ class PodReflector:
             existing=None if existing is None else dict(existing),
         )
 
+    def _tell_not_found(self, local: Mapping[str, Any], key: str, *, optional: bool) -> None:
+        """The upstream virtual-kubelet's Mandatory*/Optional*NotFound events, beside Liqo's."""
+        absent = self.configuration.absent_references(key)
+        for etype, reason, message in not_found_events(absent, optional=optional):
+            self.ctx.recorder.event(local, etype, reason, message)
+
+    def _tell_ignored_apiserver_override(self, local: Mapping[str, Any], info: PodInfo) -> None:
+        """``liqo.io/api-server-support: remote`` while support is off is ignored: say so on the pod once."""
+        message = ignored_apiserver_override(self.ctx.apiserver_support, fp.annotations_of(local))
+        if message is None or info.told_apiserver_ignored:
+            return
+        info.told_apiserver_ignored = True
+        log.warning("pod annotation ignored", pod=fp.pod_key(local), reason=message)
+        self.ctx.recorder.event(local, c.EVENT_TYPE_WARNING, c.EVENT_APISERVER_SUPPORT_IGNORED, message)
+
+    def _ours(self, obj: Mapping[str, Any]) -> bool:
+        """Ownership guard (invariant 2): our origin, destination and node labels."""
+        labels = fp.labels_of(obj)
+        return (
+            labels.get(c.ORIGIN_LABEL) == self.ctx.local_cluster_id
+            and labels.get(c.DESTINATION_LABEL) == self.ctx.remote_cluster_id
+            and labels.get(c.NODENAME_LABEL) == self.ctx.node_name
+        )
+
+    def _info_for(self, key: str, local: Mapping[str, Any]) -> PodInfo:
+        """The pod's memory; a same-name replacement (another UID) starts afresh, inheriting nothing."""
+        info = self._info(key)
+        uid = fp.uid_of(local)
+        if info.local_uid is not None and info.local_uid != uid:
+            info = self.infos[key] = PodInfo()
+        info.local_uid = uid
+        return info
+
     def _info(self, key: str) -> PodInfo:
         info = self.infos.get(key)
         if info is None:
@@ -452,22 +570,76 @@ class PodReflector:
         return info
 
     def _requests(self, pod: Mapping[str, Any]) -> dict[str, Fraction]:
-        """What the pod costs against the grant; the pod count only when the grant limits it."""
-        requests = dict(pod_requests(dict(pod)))
-        if "pods" not in self.admission.grant.resources:
-            requests.pop("pods", None)
-        return requests
+        """What the pod costs against the grant, ``pods: 1`` included: the ledger checks only the names
+        the grant has at the moment, so the charge stays right when the grant starts listing ``pods``."""
+        return pod_requests(pod)
 
-    def charge_existing(self, key: str, shadow: Mapping[str, Any]) -> None:
-        """A ShadowPod that exists already uses the pool's quota: count it, fit or not (restart safety)."""
-        if self.admission.is_admitted(key):
+    def _admit(self, key: str, local: Mapping[str, Any], requests: Mapping[str, Fraction]) -> Decision:
+        """Admit the local pod under its UID; a same-name predecessor's charge goes first (we only get here
+        when no ShadowPod of that name is left, so the pool holds nothing for it)."""
+        charge_key = fp.uid_of(local) or key
+        held = self.charged.get(key)
+        if held is not None and held != charge_key:
+            self._release(key)
+        decision = self.admission.admit(charge_key, requests)
+        if decision.ok:
+            self.charged[key] = charge_key
+        return decision
+
+    def account(
+        self,
+        key: str,
+        local: Mapping[str, Any] | None,
+        shadow: Mapping[str, Any],
+        remote: Mapping[str, Any] | None,
+    ) -> None:
+        """Make the ledger hold what the pool holds for an existing ShadowPod: its charge, fit or not
+        (after a restart, or after the grant shrank), or nothing once the pod finished or the ShadowPod
+        is being deleted (`holds_share`). Called on every ShadowPod event and every handle."""
+        if not holds_share(local, shadow, remote):
+            self._release(key)
             return
-        requests = self._requests(dict((shadow.get("spec") or {}).get("pod") or {}))
-        if not self.admission.admit(key, requests).ok:
-            self.admission.force_charge(key, requests)
+        charge_key = self._charge_key(key, local, shadow)
+        held = self.charged.get(key)
+        if held == charge_key and self.admission.is_admitted(charge_key):
+            return
+        if held is not None:
+            self._release(key)  # the ShadowPod of that name is another pod's now: one charge per name
+        spec = (shadow.get("spec") or {}).get("pod") or {}
+        try:
+            overhead = fp.spec_of(local).get("overhead") if local is not None else None
+            requests = spec_requests(spec, overhead=overhead, where="spec.pod")
+        except ValueError as err:  # QuantityError: the pool accepted it, so count what we can read
+            log.warning("ShadowPod requests unreadable: charged nothing", pod=key, error=str(err)[:200])
+            return
+        self.admission.force_charge(charge_key, requests)
+        self.charged[key] = charge_key
+
+    @staticmethod
+    def _charge_key(key: str, local: Mapping[str, Any] | None, shadow: Mapping[str, Any]) -> str:
+        """The UID the ShadowPod records; else (made by Liqo's VK or an older vkbridge) the UID of the local
+        pod of that name; else (no such pod: the ShadowPod is deleted next) the name."""
+        recorded = fp.annotations_of(shadow).get(c.LOCAL_POD_UID_ANNOTATION)
+        return str(recorded or fp.uid_of(local) or key)
+
+    def release_gone(self, key: str, shadow: Mapping[str, Any] | None) -> None:
+        """The ShadowPod left the pool: its share goes, unless the charge is a newer pod's already."""
+        recorded = fp.annotations_of(shadow).get(c.LOCAL_POD_UID_ANNOTATION)
+        if recorded and self.charged.get(key) not in (None, recorded):
+            return
+        self._release(key)
+
+    def release_namespace(self, namespace: str) -> None:
+        """The namespace is no longer paired: its ShadowPods are out of our sight, their charges go."""
+        prefix = namespace + "/"
+        for key in [k for k in self.charged if k.startswith(prefix)]:
+            self._release(key)
 
     def _release(self, key: str) -> None:
-        if self.admission.release(key):
+        """Free the pod's charge, if any; either way it no longer waits for the grant."""
+        self._on_grant_done(key)
+        charge_key = self.charged.pop(key, None)
+        if charge_key is not None and self.admission.release(charge_key):
             self._on_release(key)
 
     def _require_pool(self) -> None:
@@ -479,6 +651,24 @@ class PodReflector:
         if err.status == 0:
             self.ctx.reach.report_failure()
             raise PoolUnavailable(str(err)) from err
+
+
+def holds_share(
+    local: Mapping[str, Any] | None, shadow: Mapping[str, Any] | None, remote: Mapping[str, Any] | None
+) -> bool:
+    """Does the pool count this pod against the grant, so must we? While its ShadowPod lives, even when the
+    local pod is gone (until we delete it). A finished pod (Succeeded/Failed at home, on its ShadowPod or its
+    remote pod) holds no share (invariant 6, liqo#3137), nor does a ShadowPod being deleted (the provider's
+    quota frees it on DELETE). The same rule at start-up and at run time: a restart changes no charge."""
+    if shadow is None or fp.is_terminating(shadow) or fp.is_terminal(shadow):
+        return False
+    return not (
+        (local is not None and fp.is_terminal(local)) or (remote is not None and fp.is_terminal(remote))
+    )
+
+
+def _still_running(remote: Mapping[str, Any] | None) -> bool:
+    return remote is not None and not fp.is_terminal(remote) and not fp.is_terminating(remote)
 
 
 def _metadata_patch(shadow: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:

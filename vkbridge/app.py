@@ -20,7 +20,12 @@ from typing import Any
 from reflectors.context import ReflectionContext
 from reflectors.engine import ReflectionEngine
 from reflectors.forge import constants as c
-from vkbridge.credentials.remote import RemoteCredentialWatcher, credentials_from_secret, describe
+from vkbridge.credentials.remote import (
+    KUBECONFIG_REFUSED_REASON,
+    RemoteCredentialWatcher,
+    credentials_from_secret,
+    describe,
+)
 from vkbridge.credentials.renewal import CertificateRenewer
 from vkbridge.credentials.serving import ServingCertificateManager
 from vkbridge.grant import Admission, Grant
@@ -307,7 +312,16 @@ class VirtualKubelet:
 
         rs_cache.subscribe(on_grant)
         vn_cache.subscribe(on_grant)
-        creds = RemoteCredentialWatcher(pool, secret_cache, f"{tenant}/{s.foreign_kubeconfig_secret_name}")
+
+        def kubeconfig_refused(message: str, secret: Mapping[str, Any] | None) -> None:
+            # The log has it already; the Event puts it where `kubectl describe secret` shows it.
+            if secret is not None:
+                recorder.event(secret, "Warning", KUBECONFIG_REFUSED_REASON, message, kind="Secret",
+                               api_version="v1")  # fmt: skip
+
+        creds = RemoteCredentialWatcher(
+            pool, secret_cache, f"{tenant}/{s.foreign_kubeconfig_secret_name}", on_invalid=kubeconfig_refused
+        )
         renewer = CertificateRenewer(
             home, pool, tenant_namespace=tenant, secret_name=s.foreign_kubeconfig_secret_name,
             resource_slice_name=vn_name, remote_tenant_namespace=f"liqo-tenant-{s.home_cluster_id}",

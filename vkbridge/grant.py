@@ -12,6 +12,9 @@ Rules, mirroring the kube-scheduler's NodeResourcesFit on a node whose allocatab
 * Only resources requested with a positive amount are checked. A positive request for a resource the grant
   does not list is ``missing_resource`` (the scheduler would call it ``Insufficient``: an unlisted
   allocatable is zero); that holds for base resources too (a grant without ``ephemeral-storage``).
+* The pod count is the exception: every charge carries ``pods: 1``, but a (non-empty) grant that does not
+  list ``pods`` sets no limit on it (Liqo's provider quota counts no pods). Charges keep it, so a grant
+  that starts listing ``pods`` later counts every admitted pod at once.
 * A smaller grant never evicts admitted pods: ``free`` may go negative and new pods wait.
 """
 
@@ -28,6 +31,7 @@ from vkbridge.quantity import QuantityError, format_quantity, parse_quantity
 
 __all__ = [
     "BASE_RESOURCES",
+    "POD_COUNT",
     "Admission",
     "Decision",
     "DecisionKind",
@@ -39,11 +43,14 @@ __all__ = [
     "parse_resource_list",
     "pod_requests",
     "sort_resources",
+    "spec_requests",
     "subtract_resources",
 ]
 
 #: The resources every grant is expected to list (Liqo's provider defaults); all others are "extended".
 BASE_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage", "pods")
+#: The pod count: charged to every pod, a limit only when the grant lists it (see the module docstring).
+POD_COUNT: Final = "pods"
 #: Pod-level requests (spec.resources) supported by Kubernetes: cpu, memory and hugepages-*.
 _POD_LEVEL: Final = frozenset({"cpu", "memory"})
 
@@ -119,15 +126,26 @@ def pod_requests(pod: Mapping[str, Any]) -> ResourceList:
     resizes never change what the pool runs. ``cpu`` and ``memory`` are always present (zero when unset).
     Raises QuantityError for a malformed quantity.
     """
-    spec: Mapping[str, Any] = pod.get("spec") or {}
+    return spec_requests(pod.get("spec") or {})
+
+
+def spec_requests(
+    spec: Mapping[str, Any], *, overhead: Mapping[str, object] | None = None, where: str = "spec"
+) -> ResourceList:
+    """``pod_requests`` of a bare PodSpec, such as a ShadowPod's ``spec.pod`` found after a restart.
+
+    The forge drops ``overhead`` (the pool's RuntimeClass sets its own), so the charge of a ShadowPod takes
+    ``overhead`` from the local pod (immutable once set): the charge after a restart then equals the charge
+    at admission. When ``overhead`` is None the spec's own is used.
+    """
     reqs: ResourceList = {}
     for i, container in enumerate(spec.get("containers") or []):
-        reqs = add_resources(reqs, _requests(container, f"spec.containers[{i}]"))
+        reqs = add_resources(reqs, _requests(container, f"{where}.containers[{i}]"))
 
     sidecars: ResourceList = {}
     init_need: ResourceList = {}
     for i, container in enumerate(spec.get("initContainers") or []):
-        own = _requests(container, f"spec.initContainers[{i}]")
+        own = _requests(container, f"{where}.initContainers[{i}]")
         if container.get("restartPolicy") == "Always":
             reqs = add_resources(reqs, own)
             sidecars = add_resources(sidecars, own)
@@ -137,14 +155,20 @@ def pod_requests(pod: Mapping[str, Any]) -> ResourceList:
         init_need = max_resources(init_need, need)
     reqs = max_resources(reqs, init_need)
 
-    pod_level = parse_resource_list((spec.get("resources") or {}).get("requests"), "spec.resources.requests")
+    pod_level = parse_resource_list(
+        (spec.get("resources") or {}).get("requests"), f"{where}.resources.requests"
+    )
     supported = {n: v for n, v in pod_level.items() if n in _POD_LEVEL or n.startswith("hugepages-")}
     reqs.update(supported)
 
-    reqs = add_resources(reqs, parse_resource_list(spec.get("overhead"), "spec.overhead"))
+    if overhead is None:
+        overhead, overhead_where = spec.get("overhead"), f"{where}.overhead"
+    else:
+        overhead_where = "overhead"
+    reqs = add_resources(reqs, parse_resource_list(overhead, overhead_where))
     reqs.setdefault("cpu", Fraction(0))
     reqs.setdefault("memory", Fraction(0))
-    reqs["pods"] = reqs.get("pods", Fraction(0)) + 1
+    reqs[POD_COUNT] = reqs.get(POD_COUNT, Fraction(0)) + 1
     return reqs
 
 
@@ -218,7 +242,10 @@ _OK: Final = Decision(DecisionKind.OK)
 
 
 class Admission:
-    """Ledger of admitted pods (by key) against the grant. Pure and single-threaded: own it in one task."""
+    """Ledger of admitted pods against the grant. Pure and single-threaded: own it in one task.
+
+    Keys are opaque; the pod reflector uses the local pod's UID, so a same-name replacement pod (StatefulSet
+    ``web-0`` after a force delete) never inherits its predecessor's charge."""
 
     def __init__(self, grant: Grant | None = None) -> None:
         self._grant = grant or Grant()
@@ -238,7 +265,7 @@ class Admission:
         for name, value in requests.items():
             if value < 0:
                 raise ValueError(f"negative request for {name}: {value}")
-        wanted = [name for name, value in requests.items() if value > 0]
+        wanted = [name for name, value in requests.items() if value > 0 and self._limits(name)]
         missing = [name for name in wanted if name not in self._grant]
         if missing:
             return Decision(DecisionKind.MISSING_RESOURCE, missing=tuple(sort_resources(missing)))
@@ -299,9 +326,13 @@ class Admission:
         grant no longer lists."""
         out = {name: self._free_of(name) for name in self._grant}
         for name, value in self._used.items():
-            if name not in self._grant:
+            if name not in self._grant and self._limits(name):
                 out[name] = -value
         return out
+
+    def _limits(self, name: str) -> bool:
+        """Is ``name`` checked? Everything is, but the pod count while a non-empty grant does not list it."""
+        return name != POD_COUNT or name in self._grant or not self._grant.resources
 
     def _free_of(self, name: str) -> Fraction:
         granted = self._grant.get(name)

@@ -42,6 +42,17 @@ REMOTE_ID_LABEL: Final = "liqo.io/remoteID"
 VIRTUAL_NODE_TOLERATION_KEY: Final = "virtual-node.liqo.io/not-allowed"
 STORAGE_AVAILABLE_LABEL: Final = "storage.liqo.io/available"
 
+# --- vkbridge's own marks (not Liqo's; listed in docs/compatibility.md) ----------------------------
+# The UID of the local pod a ShadowPod was made for: a same-name replacement pod (StatefulSet web-0
+# after a force delete) must not adopt the old ShadowPod, and the grant charges by UID.
+LOCAL_POD_UID_ANNOTATION: Final = "vkbridge.multicloud.io/local-pod-uid"
+# Warning event on a pod whose `liqo.io/api-server-support: remote` is ignored (support is off).
+EVENT_APISERVER_SUPPORT_IGNORED: Final = "APIServerSupportIgnored"
+# Label prefix by which each virtual node marks the Secret/ConfigMap copies it needs
+# (``users.vkbridge.multicloud.io/<node name>: "true"``): copies are shared by every node that maps the
+# same remote namespace, so a node deletes a copy only when no other node's mark remains.
+CONFIG_USER_LABEL_PREFIX: Final = "users.vkbridge.multicloud.io/"
+
 # --- Per-object annotations understood by the forge ----------------------------------------------
 SKIP_REFLECTION_ANNOTATION: Final = "liqo.io/skip-reflection"
 ALLOW_REFLECTION_ANNOTATION: Final = "liqo.io/allow-reflection"

@@ -95,6 +95,37 @@ def pod_references(pod: ReadObj, apiserver_support: str = "disabled") -> tuple[R
     return tuple(sorted(refs))
 
 
+# The upstream virtual-kubelet's reasons (node/env.go), told in addition to Liqo's FailedReflection.
+EVENT_MANDATORY_NOT_FOUND: dict[RefKind, str] = {
+    SECRET: "MandatorySecretNotFound",
+    CONFIGMAP: "MandatoryConfigMapNotFound",
+}
+EVENT_OPTIONAL_NOT_FOUND: dict[RefKind, str] = {
+    SECRET: "OptionalSecretNotFound",
+    CONFIGMAP: "OptionalConfigMapNotFound",
+}
+
+
+EventType = Literal["Normal", "Warning"]
+
+
+def not_found_events(absent: tuple[Reference, ...], *, optional: bool) -> list[tuple[EventType, str, str]]:
+    """(type, reason, message) per missing reference of one kind of optionality, upstream's wording.
+
+    Mandatory ones are Warnings (the pod is held back); optional ones are Normal (the pod is sent
+    without them, which is what ``optional`` asks for; upstream emits a Warning there).
+    """
+    kind_word = {SECRET: "secret", CONFIGMAP: "configmap"}
+    out: list[tuple[EventType, str, str]] = []
+    for ref in absent:
+        if ref.optional != optional:
+            continue
+        reasons = EVENT_OPTIONAL_NOT_FOUND if optional else EVENT_MANDATORY_NOT_FOUND
+        etype: EventType = "Normal" if optional else "Warning"
+        out.append((etype, reasons[ref.kind], f"{kind_word[ref.kind]} {c.go_quote(ref.name)} not found"))
+    return out
+
+
 def secret_names(refs: tuple[Reference, ...]) -> frozenset[str]:
     return frozenset(r.name for r in refs if r.kind == SECRET)
 

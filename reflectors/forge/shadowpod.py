@@ -34,14 +34,18 @@ from reflectors.forge.pods import (
     namespace_of,
     service_account_name,
     spec_of,
+    uid_of,
 )
 
 # Pod spec fields copied verbatim at creation; every other field is dropped (nodeName, nodeSelector,
 # affinity, schedulerName, priority*, preemptionPolicy, overhead, ephemeralContainers, os, schedulingGates,
-# resourceClaims, hostUsers, the deprecated serviceAccount, ...). Order follows Liqo's RemotePodSpec.
+# resourceClaims, hostUsers, the deprecated serviceAccount, ...). Order follows Liqo's RemotePodSpec, plus
+# pod-level ``resources`` (KEP-2837, on by default since Kubernetes 1.34; Liqo v1.2 drops it): without it the
+# pool would run the pod BestEffort while the grant charges its pod-level requests.
 COPIED_SPEC_FIELDS: tuple[str, ...] = (
     "containers",
     "initContainers",
+    "resources",
     "volumes",
     "activeDeadlineSeconds",
     "dnsConfig",
@@ -91,7 +95,12 @@ class ForgeError(ValueError):
 
 
 def effective_apiserver_support(mode: str, annotations: Mapping[str, str]) -> APIServerSupport:
-    """The node-wide mode, overridden per pod by ``liqo.io/api-server-support: disabled|remote``."""
+    """The node-wide mode, overridden per pod by ``liqo.io/api-server-support: disabled|remote``.
+
+    ``remote`` is honoured only while API server support is on: with it off, a pod annotation must not
+    bring back the token volumes, automount and remote ServiceAccount the disabled mode strips (Liqo
+    lets it; see ``ignored_apiserver_override``).
+    """
     try:
         support = APIServerSupport(mode.lower())
     except ValueError:
@@ -99,9 +108,51 @@ def effective_apiserver_support(mode: str, annotations: Mapping[str, str]) -> AP
     override = annotations.get(c.APISERVER_SUPPORT_ANNOTATION)
     if override == c.APISERVER_SUPPORT_ANNOTATION_DISABLED:
         return APIServerSupport.DISABLED
-    if override == c.APISERVER_SUPPORT_ANNOTATION_REMOTE:
+    if override == c.APISERVER_SUPPORT_ANNOTATION_REMOTE and support is not APIServerSupport.DISABLED:
         return APIServerSupport.REMOTE
     return support
+
+
+def ignored_apiserver_override(mode: str, annotations: Mapping[str, str]) -> str | None:
+    """The Warning event message for a pod asking for ``remote`` while API server support is off."""
+    if annotations.get(c.APISERVER_SUPPORT_ANNOTATION) != c.APISERVER_SUPPORT_ANNOTATION_REMOTE:
+        return None
+    if effective_apiserver_support(mode, annotations) is APIServerSupport.REMOTE:
+        return None
+    return (
+        f"annotation {c.APISERVER_SUPPORT_ANNOTATION}={c.APISERVER_SUPPORT_ANNOTATION_REMOTE} ignored: "
+        "API server support is disabled on this virtual node, so the pod runs without service account "
+        "tokens and without a remote ServiceAccount"
+    )
+
+
+def local_pod_uid_of(shadow: ReadObj | None) -> str | None:
+    """The local pod UID a ShadowPod was made for; None when it carries none (Liqo's VK, older vkbridge)."""
+    return annotations_of(shadow).get(c.LOCAL_POD_UID_ANNOTATION) or None
+
+
+def is_stale_shadow(shadow: ReadObj, local_pod: ReadObj) -> bool:
+    """True if ``shadow`` was made for an earlier local pod of the same name (e.g. StatefulSet web-0
+    after a force delete): it must be replaced, never adopted. Unmarked ShadowPods are adopted."""
+    recorded = local_pod_uid_of(shadow)
+    return recorded is not None and recorded != uid_of(local_pod)
+
+
+def controlling_shadow_uid(remote_pod: ReadObj | None) -> str | None:
+    """The UID of the ShadowPod that controls a remote pod (the provider sets it), if any."""
+    for ref in meta(remote_pod).get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == c.SHADOWPOD_KIND:
+            return str(ref.get("uid") or "") or None
+    return None
+
+
+def remote_pod_of(shadow: ReadObj | None, remote_pod: ReadObj | None) -> ReadObj | None:
+    """``remote_pod`` if it belongs to ``shadow``: a pod controlled by another ShadowPod (an earlier one of
+    the same name, still going away) is not this one's, and its status must not be mirrored."""
+    if remote_pod is None or shadow is None:
+        return remote_pod
+    owner = controlling_shadow_uid(remote_pod)
+    return remote_pod if owner is None or owner == uid_of(shadow) else None
 
 
 def forge_shadowpod(
@@ -139,6 +190,8 @@ def forge_shadowpod(
     annotations = reflected_annotations(
         local_annotations, not_reflected=patch.get("annotationsNotReflected") or ()
     )
+    if uid_of(local_pod):
+        annotations[c.LOCAL_POD_UID_ANNOTATION] = uid_of(local_pod)  # ties the ShadowPod to this pod
 
     if existing is not None:
         metadata = copy.deepcopy(dict(meta(existing)))

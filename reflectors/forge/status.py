@@ -161,6 +161,13 @@ def status_when_remote_missing(local_pod: ReadObj, shadow: ReadObj | None, now: 
     return rejected_status(local_pod, phase, c.REASON_REMOTE_POD_TERMINATED, now)
 
 
+def overrides_terminal(local_pod: ReadObj, new_status: Mapping[str, Any]) -> bool:
+    """True if writing ``new_status`` would take a Succeeded/Failed local pod to another phase: terminal
+    is final (invariant 4), so such a write must not happen, whatever the remote pod shows."""
+    phase = phase_of(local_pod)
+    return phase in TERMINAL_PHASES and new_status.get("phase") != phase
+
+
 def status_equal(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
     """Semantic equality of two statuses.
 

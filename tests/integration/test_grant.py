@@ -14,6 +14,8 @@ import pytest
 
 from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
+from e2e.emulator.names import OFFLOADING, OFFLOADING_NAME
+from e2e.fixtures_pool import offload_namespace
 from e2e.vkbridge_proc import VkbridgeProcess
 from tests.integration.helpers import (
     DEFAULT,
@@ -177,3 +179,141 @@ def test_succeeded_pod_frees_its_share_at_once(
         lambda: get(pool, shadow_path(remote_ns, "second")) is not None, 2, "second admitted within 2 s"
     )
     print(f"\nnext pod admitted {time.monotonic() - t0:.2f}s after the first one Succeeded")
+
+
+# ---- issue 15 items 1-5: the ledger after a restart, pod-level resources, un-pairing, the wait gauge ---------
+
+
+def ledger_cpu(vkbridge: VkbridgeProcess) -> float | None:
+    """The ledger's cpu use as /metrics shows it (refreshed every 5 s); None while it does not answer."""
+    values = vkbridge.metrics()
+    return values.get('vkbridge_grant_used_resources{resource="cpu"}') if values else None
+
+
+def waiting_gauge(vkbridge: VkbridgeProcess) -> float | None:
+    return vkbridge.metrics().get("vkbridge_pods_waiting_for_grant")
+
+
+def no_pool_refusal(consumer: ControlPlane, ns: str, name: str) -> None:
+    """vkbridge held the pod back itself: the pool's quota webhook never had to refuse it."""
+    refused = warning_with(consumer, ns, name, "quota usage exceeded")
+    assert refused is None, f"{name} was sent and the pool refused it: {refused['message']}"
+
+
+def test_full_grant_survives_sigkill_and_new_pods_wait(
+    consumer: ControlPlane,
+    pool: ControlPlane,
+    bundle: Bundle,
+    vkbridge: VkbridgeProcess,
+    quiet_grant: None,
+    offloaded_ns: tuple[str, str],
+) -> None:
+    """Restart safety end to end: the ShadowPods found at start-up are charged what they were admitted
+    with (a finished pod nothing), so after a SIGKILL a full 4-CPU grant stays full."""
+    ns, remote_ns = offloaded_ns
+    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "done", cpu="1", command="echo done",
+                                                  restart="Never"))  # fmt: skip
+    wait_until(lambda: phase(consumer, ns, "done") == "Succeeded", 30, "done Succeeded")
+    for name in ("a", "b"):
+        must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, name, cpu="2"))
+    for name in ("a", "b"):
+        wait_until(lambda name=name: phase(consumer, ns, name) == "Running", 30, f"{name} Running")
+    wait_until(lambda: ledger_cpu(vkbridge) == 4, 15, "the ledger to hold 4 cpu before the kill")
+
+    vkbridge.kill()  # SIGKILL: nothing is flushed, nothing said goodbye
+    mark = len(vkbridge.log_text())
+    vkbridge.start()
+    vkbridge.wait_for_log(rf"reflection started.*namespace={ns}", 60, start=mark)
+    wait_until(lambda: ledger_cpu(vkbridge) == 4, 15, "the restarted ledger to hold the same 4 cpu")
+
+    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "late", cpu="1", node_name=bundle.slug))
+    event = wait_until(lambda: warning_with(consumer, ns, "late", "does not fit in the pool grant"), 20,
+                       "late to wait for the grant")  # fmt: skip
+    assert "cpu requested 1 free 0" in event["message"], event["message"]
+    time.sleep(2)
+    assert get(pool, shadow_path(remote_ns, "late")) is None, "late was sent over a full grant"
+    no_pool_refusal(consumer, ns, "late")
+    for name in ("a", "b"):
+        assert phase(consumer, ns, name) == "Running", f"{name} was disturbed by the restart"
+    must(consumer, "DELETE", pod_path(ns, "a"))
+    wait_until(lambda: phase(consumer, ns, "late") == "Running", 30, "late Running once a is deleted")
+
+
+def test_pod_level_resources_reach_the_pool_and_are_charged(
+    consumer: ControlPlane,
+    pool: ControlPlane,
+    bundle: Bundle,
+    quiet_grant: None,
+    offloaded_ns: tuple[str, str],
+    vkbridge: VkbridgeProcess,
+) -> None:
+    """KEP-2837 pod-level requests are what the grant charges, so they travel to the pool too (else the
+    pool runs the pod BestEffort and its quota counts the containers' 100m)."""
+    ns, remote_ns = offloaded_ns
+    resources = {"requests": {"cpu": "3", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}
+    must(
+        consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "podlevel", extra_spec={"resources": resources})
+    )
+    wait_until(lambda: phase(consumer, ns, "podlevel") == "Running", 30, "podlevel Running")
+    shadow = get(pool, shadow_path(remote_ns, "podlevel"))
+    assert shadow is not None
+    assert shadow["spec"]["pod"].get("resources") == resources, "pod-level resources not sent"
+    remote = get(pool, pod_path(remote_ns, "podlevel"))
+    assert remote is not None and remote["spec"].get("resources") == resources
+    wait_until(lambda: ledger_cpu(vkbridge) == 3, 15, "the ledger to charge the pod-level 3 cpu")
+    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "more", cpu="2", node_name=bundle.slug))
+    event = wait_until(lambda: warning_with(consumer, ns, "more", "does not fit in the pool grant"), 20,
+                       "more to wait for the grant")  # fmt: skip
+    assert "cpu requested 2 free 1" in event["message"], event["message"]
+
+
+def test_unpaired_namespace_frees_its_pods_share(
+    consumer: ControlPlane,
+    pool: ControlPlane,
+    bundle: Bundle,
+    vkbridge: VkbridgeProcess,
+    quiet_grant: None,
+    offloaded_ns: tuple[str, str],
+    fresh_ns: Any,
+) -> None:
+    ns, _ = offloaded_ns
+    for name in ("a", "b"):
+        must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, name, cpu="2"))
+    for name in ("a", "b"):
+        wait_until(lambda name=name: phase(consumer, ns, name) == "Running", 30, f"{name} Running")
+    other = fresh_ns(consumer)
+    other_remote = offload_namespace(consumer, pool, other)
+
+    must(consumer, "DELETE", f"/apis/{OFFLOADING}/namespaces/{ns}/namespaceoffloadings/{OFFLOADING_NAME}")
+    nm_path = f"/apis/{OFFLOADING}/namespaces/{bundle.tenant_ns}/namespacemaps/{bundle.slug}"
+
+    def unpaired() -> bool:
+        nm = get(consumer, nm_path) or {}
+        return ns not in ((nm.get("status") or {}).get("currentMapping") or {})
+
+    wait_until(unpaired, 90, f"{ns} to be un-paired")
+    wait_until(lambda: ledger_cpu(vkbridge) == 0, 15, "the un-paired pods' 4 cpu to be freed")
+    must(consumer, "POST", pod_path(other), pool_pod(bundle.slug, "after", cpu="1", node_name=bundle.slug))
+    wait_until(lambda: get(pool, shadow_path(other_remote, "after")) is not None, 20, "after to be sent")
+
+
+def test_waiting_gauge_drops_when_the_pod_is_admitted(
+    consumer: ControlPlane,
+    pool: ControlPlane,
+    bundle: Bundle,
+    vkbridge: VkbridgeProcess,
+    quiet_grant: None,
+    offloaded_ns: tuple[str, str],
+) -> None:
+    ns, remote_ns = offloaded_ns
+    must(
+        consumer,
+        "POST",
+        pod_path(ns),
+        pool_pod(bundle.slug, "big", cpu="4", command="sleep 5", restart="Never"),
+    )
+    wait_until(lambda: phase(consumer, ns, "big") == "Running", 30, "big Running")
+    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "next", cpu="1", node_name=bundle.slug))
+    wait_until(lambda: waiting_gauge(vkbridge) == 1, 10, "vkbridge_pods_waiting_for_grant 1")
+    wait_until(lambda: get(pool, shadow_path(remote_ns, "next")) is not None, 30, "next sent once big ends")
+    wait_until(lambda: waiting_gauge(vkbridge) == 0, 3, "vkbridge_pods_waiting_for_grant back to 0")

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import re
 import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
+from e2e.emulator import names as n
+from e2e.fixtures_pool import offload_namespace
 from e2e.vkbridge_proc import VkbridgeProcess
+from reflectors.context import ReflectionContext
+from reflectors.engine import ReflectionEngine
+from reflectors.pairs import new_pair, remote_selector
+from reflectors.pods import PodReflector
+from tests.fixtures_vkbridge import node_ready
 from tests.integration.helpers import (
     DEFAULT,
     events_for,
@@ -22,6 +35,14 @@ from tests.integration.helpers import (
     shadow_path,
     wait_until,
 )
+from vkbridge.app import HomeEventWriter
+from vkbridge.grant import Admission, Grant
+from vkbridge.kube.cache import Cache
+from vkbridge.kube.client import NAMESPACEMAPS, PODS, SHADOWPODS, ApiError, KubeClient, Resource
+from vkbridge.kube.events import EventRecorder
+from vkbridge.kube.kubeconfig import load_kubeconfig_file
+from vkbridge.kube.reachability import PoolState, Reachability
+from vkbridge.metrics import Metrics
 
 pytestmark = pytest.mark.integration
 
@@ -267,3 +288,368 @@ def test_burst_of_200_survives_sigkill_mid_burst_without_duplicates_or_losses(
         )
     finally:
         set_grant(consumer, bundle, DEFAULT)
+
+
+# --- issue 15: pod identity and lifecycle --------------------------------------------------------
+
+UID_ANNOTATION = "vkbridge.multicloud.io/local-pod-uid"
+MERGE = "application/merge-patch+json"
+
+
+def controller_uid(pod: dict[str, Any] | None) -> str | None:
+    for ref in ((pod or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def test_same_name_replacement_pod_gets_a_new_shadowpod_not_the_old_status(
+    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
+    offloaded_ns: tuple[str, str],
+) -> None:  # fmt: skip
+    """Item 8: StatefulSet web-0 force-deleted and re-created while vkbridge is away must not adopt the old
+    ShadowPod: the old one is deleted (UID precondition), a new one made for the new UID, and the old remote
+    pod's status is never written onto the new pod."""
+    ns, remote_ns = offloaded_ns
+    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "web-0", labels={"gen": "one"}))
+    wait_until(lambda: running(consumer, ns, "web-0"), 30, "web-0 Running")
+    old_shadow = get(pool, shadow_path(remote_ns, "web-0"))
+    old_remote = get(pool, pod_path(remote_ns, "web-0"))
+    assert old_shadow is not None and old_remote is not None
+    old_started = old_remote["status"]["startTime"]
+    vkbridge.kill()
+    try:
+        must(consumer, "DELETE", pod_path(ns, "web-0"), {"gracePeriodSeconds": 0})
+        wait_until(lambda: get(consumer, pod_path(ns, "web-0")) is None, 10, "the old web-0 to be gone")
+        time.sleep(1.1)  # a new startTime differs from the old one by at least a second
+        new_uid = must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "web-0", labels={"gen": "two"}))[
+            "metadata"]["uid"]  # fmt: skip
+    finally:
+        vkbridge.start()
+    seen_starts: set[str] = set()
+
+    def replaced() -> bool:
+        local = get(consumer, pod_path(ns, "web-0")) or {}
+        if start := (local.get("status") or {}).get("startTime"):
+            seen_starts.add(start)
+        shadow = get(pool, shadow_path(remote_ns, "web-0")) or {"metadata": {}}
+        remote = get(pool, pod_path(remote_ns, "web-0"))
+        return (
+            (shadow["metadata"].get("labels") or {}).get("gen") == "two"
+            and controller_uid(remote) == shadow["metadata"].get("uid")
+            and running(consumer, ns, "web-0")
+        )
+
+    wait_until(replaced, 60, "a ShadowPod for the new web-0 and the new pod Running", interval=0.2)
+    shadow = get(pool, shadow_path(remote_ns, "web-0"))
+    remote = get(pool, pod_path(remote_ns, "web-0"))
+    local = get(consumer, pod_path(ns, "web-0"))
+    assert shadow is not None and remote is not None and local is not None
+    assert shadow["metadata"]["uid"] != old_shadow["metadata"]["uid"], "the old ShadowPod was adopted"
+    assert shadow["metadata"]["annotations"][UID_ANNOTATION] == new_uid
+    assert local["status"]["startTime"] == remote["status"]["startTime"] != old_started
+    assert old_started not in seen_starts, "the old remote pod's status was written onto the new pod"
+
+
+def test_terminal_local_pod_gets_no_new_shadowpod_while_its_remote_pod_runs(
+    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
+    offloaded_ns: tuple[str, str],
+) -> None:  # fmt: skip
+    """Item 10: a Failed local pod whose ShadowPod is gone while its remote pod still runs (orphaned) is
+    neither re-created on the pool nor given the remote pod's Running status: terminal stays terminal."""
+    ns, remote_ns = offloaded_ns
+    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "done"))
+    wait_until(lambda: running(consumer, ns, "done"), 30, "done Running")
+    vkbridge.kill()
+    try:
+        must(consumer, "PATCH", pod_path(ns, "done") + "/status",
+             {"status": {"phase": "Failed", "reason": "Evicted", "message": "evicted by a test"}},
+             content_type=MERGE)  # fmt: skip
+        must(pool, "DELETE", shadow_path(remote_ns, "done"), {"propagationPolicy": "Orphan"})
+        wait_until(lambda: get(pool, shadow_path(remote_ns, "done")) is None, 10, "the ShadowPod to be gone")
+        assert phase(pool, remote_ns, "done") == "Running"
+    finally:
+        mark = len(vkbridge.log_text())
+        vkbridge.start()
+    try:
+        wait_until(lambda: node_ready(consumer, bundle.slug) == "True", 60, "the node Ready again")
+        vkbridge.wait_for_log(f"reflection started.*namespace={ns}", 30, mark)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            assert get(pool, shadow_path(remote_ns, "done")) is None, (
+                "a finished pod was sent to the pool again"
+            )
+            assert phase(consumer, ns, "done") == "Failed"
+            time.sleep(0.2)
+    finally:
+        pool.api("DELETE", pod_path(remote_ns, "done") + "?gracePeriodSeconds=0")
+
+
+def test_remote_api_server_annotation_is_ignored_with_a_warning_while_support_is_off(
+    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
+    offloaded_ns: tuple[str, str],
+) -> None:  # fmt: skip
+    """Item 19: ``liqo.io/api-server-support: remote`` does not bring back automount, token volumes or a
+    remote ServiceAccount while API server support is off; the pod gets a Warning event saying so."""
+    ns, remote_ns = offloaded_ns
+    pod = pool_pod(bundle.slug, "wants-api", annotations={
+        "liqo.io/api-server-support": "remote", "liqo.io/remote-service-account-name": "pool-admin"})  # fmt: skip
+    pod["spec"]["volumes"] = [{"name": "tok", "projected": {"sources": [
+        {"serviceAccountToken": {"audience": "vault", "path": "token"}}]}}]  # fmt: skip
+    must(consumer, "POST", pod_path(ns), pod)
+    shadow = wait_until(lambda: get(pool, shadow_path(remote_ns, "wants-api")), 30, "the ShadowPod")
+    spec = shadow["spec"]["pod"]
+    assert spec["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in spec
+    assert spec["volumes"][0]["projected"]["sources"] == []
+    event = wait_until(
+        lambda: next((e for e in events_for(consumer, ns, "wants-api") if e["reason"] == "APIServerSupportIgnored"),
+                     None), 10, "the APIServerSupportIgnored event")  # fmt: skip
+    assert event["type"] == "Warning" and "liqo.io/api-server-support" in event["message"]
+    wait_until(lambda: running(consumer, ns, "wants-api"), 30, "the pod Running without API access")
+
+
+def test_one_namespace_that_never_syncs_holds_up_no_other_namespace(
+    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
+    offloaded_ns: tuple[str, str], fresh_ns: Any,
+) -> None:  # fmt: skip
+    """Item 11: a remote namespace where vkbridge is denied (403) never syncs; it is logged once with its
+    reason, and pods of other namespaces are created, mirrored and deleted as usual meanwhile."""
+    ns, _ = offloaded_ns
+    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "before"))
+    wait_until(lambda: running(consumer, ns, "before"), 30, "a pod Running before the stuck namespace")
+    stuck = fresh_ns(consumer, "stuck")
+    stuck_remote = n.remote_namespace(stuck, bundle.consumer_id)
+    pool_tenant = n.pool_tenant_ns(bundle.consumer_id)
+    # The provider's namespace, made ahead with a RoleBinding granting vkbridge's group nothing.
+    must(pool, "POST", "/api/v1/namespaces", {"metadata": {
+        "name": stuck_remote, "labels": {n.REMOTE_CLUSTER_ID: bundle.consumer_id},
+        "annotations": {n.NS_MANAGED_BY_MAP: f"{pool_tenant}/{bundle.slug}", n.NS_ORIGINAL_NAME: stuck}}})  # fmt: skip
+    must(pool, "POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{stuck_remote}/rolebindings", {
+        "metadata": {"name": pool_tenant},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "nobody-at-all"}],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": n.VK_REMOTE_CLUSTERROLE},
+    })  # fmt: skip
+    mark = len(vkbridge.log_text())
+    try:
+        offload_namespace(consumer, pool, stuck)
+        vkbridge.wait_for_log(rf"reflection starting.*namespace={stuck}\b", 30, mark)
+        # Other namespaces go on meanwhile: a new pod is admitted and runs, an old one is deleted.
+        must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "after"))
+        wait_until(lambda: running(consumer, ns, "after"), 30, "a new pod Running beside the stuck namespace")
+        must(consumer, "DELETE", pod_path(ns, "before"))
+        wait_until(lambda: get(consumer, pod_path(ns, "before")) is None, 15, "the old pod deleted")
+        line = vkbridge.wait_for_log(rf"namespace reflection not starting.*namespace={stuck}\b.*", 30, mark)
+        assert "403" in line.group(0) or "forbidden" in line.group(0).lower(), line.group(0)
+        told = re.findall(
+            rf"namespace reflection not starting.*namespace={stuck}\b", vkbridge.log_text()[mark:]
+        )
+        assert len(told) == 1, told
+    finally:
+        consumer.api(
+            "DELETE", f"/apis/{n.OFFLOADING}/namespaces/{stuck}/namespaceoffloadings/{n.OFFLOADING_NAME}"
+        )
+
+
+# --- in-process reflection on the real planes: timing the vkbridge process cannot pin down -----------
+#
+# An engine (or a bare pod reflector) of our own, for a node of our own, with a Reachability the test
+# drives instead of the pinger: the session's vkbridge never sees these pods (another node) nor these
+# ShadowPods (another node label); the pool emulator turns the ShadowPods into pods as usual.
+
+GRANT = {"cpu": "2", "memory": "2Gi", "pods": "20"}
+
+
+@dataclass
+class Rig:
+    home: KubeClient
+    pool: KubeClient
+    ctx: ReflectionContext
+    reach: Reachability
+    node: str
+    ns: str
+    remote_ns: str
+    tenant: str
+    map_name: str
+
+    def pod(self, name: str) -> dict[str, Any]:
+        return pool_pod(self.node, name, node_name=self.node)
+
+    async def get_or_none(self, client: KubeClient, resource: Resource, name: str, ns: str) -> Any:
+        try:
+            return await client.get(resource, name, ns)
+        except ApiError as err:
+            if err.not_found:
+                return None
+            raise
+
+
+class NoConfiguration:
+    """The configuration port of a pod that references no Secret or ConfigMap."""
+
+    async def ensure_for_pod(self, pair_local: str, pod: Any) -> list[str]:
+        return []
+
+    def track_pod(self, pair_local: str, pod: Any) -> None:
+        pass
+
+    def release_pod(self, pod_key: str) -> None:
+        pass
+
+    def missing_message(self, missing: Any) -> str:
+        return ""
+
+    def absent_references(self, pod_key: str) -> tuple[Any, ...]:
+        return ()
+
+
+async def until(cond: Callable[[], Awaitable[Any]], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := await cond()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(0.1)
+    return value
+
+
+@pytest.fixture
+async def rig(consumer: ControlPlane, pool: ControlPlane, emulator: Any, fresh_ns: Any) -> AsyncIterator[Rig]:
+    tag = uuid.uuid4().hex[:6]
+    node = f"identity-{tag}"
+    ns, tenant = fresh_ns(consumer, "rig"), fresh_ns(consumer, "rigt", wait_sa=False)
+    remote_ns = fresh_ns(pool, "rigr")
+    must(consumer, "POST", "/api/v1/nodes", {"metadata": {"name": node}})
+    home = KubeClient(
+        await asyncio.to_thread(load_kubeconfig_file, consumer.admin_kubeconfig), name="consumer"
+    )
+    pool_client = KubeClient(
+        await asyncio.to_thread(load_kubeconfig_file, pool.admin_kubeconfig), name="pool"
+    )
+    reach = Reachability()
+    recorder = EventRecorder(HomeEventWriter(home), "vkbridge-test", host=node)
+    recorder_task = asyncio.create_task(recorder.run())
+    ctx = ReflectionContext(
+        home=home, pool=pool_client, node_name=node, local_cluster_id="identity-home",
+        remote_cluster_id=f"idp-{tag}", tenant_namespace=tenant, vk_pod_ip="127.0.0.1", reach=reach,
+        recorder=recorder, metrics=Metrics(),
+    )  # fmt: skip
+    map_name = f"idp-{tag}"
+    try:
+        yield Rig(home, pool_client, ctx, reach, node, ns, remote_ns, tenant, map_name)
+    finally:
+        recorder_task.cancel()
+        await asyncio.gather(recorder_task, return_exceptions=True)
+        for name in await asyncio.to_thread(lambda: [p["metadata"]["name"] for p in must(
+                consumer, "GET", pod_path(ns))["items"]]):  # fmt: skip
+            consumer.api("DELETE", pod_path(ns, name), {"gracePeriodSeconds": 0})
+        consumer.api("DELETE", f"/api/v1/nodes/{node}")
+        await home.close()
+        await pool_client.close()
+
+
+@contextlib.asynccontextmanager
+async def running_engine(rig: Rig) -> AsyncIterator[ReflectionEngine]:
+    """An engine pairing rig.ns with rig.remote_ns through a NamespaceMap in rig.tenant."""
+    nm = {
+        "apiVersion": "offloading.liqo.io/v1beta1", "kind": "NamespaceMap",
+        "metadata": {"name": rig.map_name, "labels": {"liqo.io/remote-cluster-id": rig.ctx.remote_cluster_id}},
+        "spec": {"desiredMapping": {rig.ns: rig.remote_ns}},
+    }  # fmt: skip
+    await rig.home.create(NAMESPACEMAPS, nm, rig.tenant)
+    await rig.home.patch(NAMESPACEMAPS, rig.map_name, {"status": {"currentMapping": {
+        rig.ns: {"remoteNamespace": rig.remote_ns, "phase": "Accepted"}}}}, rig.tenant, subresource="status")  # fmt: skip
+    engine = ReflectionEngine(rig.ctx, Admission(Grant()), pod_workers=2, inactivity_timeout=30)
+    engine.set_grant(GRANT)
+    task = asyncio.create_task(engine.run())
+    try:
+        await until(
+            lambda: _async(rig.ns in engine.pairs and engine.pairs[rig.ns].synced), 20, "the pair synced"
+        )
+        yield engine
+    finally:
+        engine.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def _async(value: Any) -> Any:
+    return value
+
+
+async def test_terminating_pod_whose_new_shadowpod_is_not_cached_yet_is_not_force_deleted(rig: Rig) -> None:
+    """Item 9: our cache has not shown the ShadowPod created a moment ago; a terminating local pod must not be
+    removed with grace 0 while that ShadowPod exists: the pool is asked first, and the ShadowPod deleted."""
+    local_pods = Cache(rig.home, PODS, field_selector=f"spec.nodeName={rig.node}", name="rig/pods")
+    cache_task = asyncio.create_task(local_pods.run())
+    try:
+        reflector = PodReflector(rig.ctx, local_pods, Admission(Grant.from_resource_list(GRANT)),
+                                 lambda *_: None, lambda _k: None, NoConfiguration())  # fmt: skip
+        # Pool caches that never ran: exactly what a lagging watch shows (nothing yet).
+        selector = remote_selector(rig.node, rig.ctx.local_cluster_id, rig.ctx.remote_cluster_id)
+        lagging = new_pair(rig.pool, rig.ns, rig.remote_ns, selector, lambda _k: None, 30)
+        rig.reach.set(PoolState.CONNECTED)
+        await rig.home.create(PODS, rig.pod("fresh"), rig.ns)
+        key = f"{rig.ns}/fresh"
+        await until(lambda: _async(local_pods.get(key)), 10, "the pod in our cache")
+        await reflector.handle(key, lagging)
+        shadow = await rig.get_or_none(rig.pool, SHADOWPODS, "fresh", rig.remote_ns)
+        assert shadow is not None, "the ShadowPod was not created"
+        await rig.home.delete(PODS, "fresh", rig.ns)  # graceful: nobody confirms it, it stays terminating
+        await until(lambda: _async((local_pods.get(key) or {}).get("metadata", {}).get("deletionTimestamp")),
+                    10, "the pod terminating in our cache")  # fmt: skip
+        await reflector.handle(key, lagging)
+        assert await rig.get_or_none(rig.home, PODS, "fresh", rig.ns) is not None, (
+            "the local pod was force-deleted while its ShadowPod exists on the pool"
+        )
+        left = await rig.get_or_none(rig.pool, SHADOWPODS, "fresh", rig.remote_ns)
+        assert left is None or left["metadata"].get("deletionTimestamp"), "its ShadowPod was not deleted"
+    finally:
+        cache_task.cancel()
+        await asyncio.gather(cache_task, return_exceptions=True)
+
+
+async def test_pods_parked_before_first_contact_are_retried_when_the_pool_is_reached(rig: Rig) -> None:
+    """Item 12: while the pool state is still Unknown (no ping answered yet) remote writes are parked; the
+    first Unknown -> Connected transition must retry them."""
+    async with running_engine(rig) as engine:
+        await rig.home.create(PODS, rig.pod("early"), rig.ns)
+        key = f"{rig.ns}/early"
+        await until(lambda: _async(key in engine.parked), 10, "the pod parked while the pool is Unknown")
+        assert await rig.get_or_none(rig.pool, SHADOWPODS, "early", rig.remote_ns) is None
+        rig.reach.set(PoolState.CONNECTED)
+        await until(lambda: rig.get_or_none(rig.pool, SHADOWPODS, "early", rig.remote_ns), 10,
+                    "the parked pod's ShadowPod once the pool is reached")  # fmt: skip
+
+
+async def test_fallback_removes_a_terminating_pod_of_a_just_unpaired_namespace_only_once_the_pool_is_clear(
+    rig: Rig,
+) -> None:
+    """Item 23 (fallback part): a pod deleted while the pool is away, whose namespace is then unpaired, is not
+    force-deleted by the fallback while its ShadowPod and remote pod may exist: it waits for the pool, deletes
+    the ShadowPod, and removes the local pod only when nothing of it is left there."""
+    rig.reach.set(PoolState.CONNECTED)
+    async with running_engine(rig) as engine:
+        await rig.home.create(PODS, rig.pod("leaving"), rig.ns)
+        key = f"{rig.ns}/leaving"
+        await until(lambda: rig.get_or_none(rig.pool, PODS, "leaving", rig.remote_ns), 20, "the remote pod")
+        rig.reach.set(PoolState.LOST, "test")
+        await rig.home.delete(PODS, "leaving", rig.ns)
+        await until(lambda: _async(key in engine.parked), 10, "the deletion parked while the pool is away")
+        # Unpaired: nobody asks for it any more and the pool no longer maps it (the fallback's case).
+        await rig.home.patch(NAMESPACEMAPS, rig.map_name, {"spec": {"desiredMapping": None}}, rig.tenant)
+        await rig.home.patch(NAMESPACEMAPS, rig.map_name, {"status": {"currentMapping": None}}, rig.tenant,
+                             subresource="status")  # fmt: skip
+        await until(lambda: _async(rig.ns not in engine.pairs), 10, "the namespace unpaired")
+        await asyncio.sleep(2.0)
+        assert await rig.get_or_none(rig.home, PODS, "leaving", rig.ns) is not None, (
+            "the fallback force-deleted a pod whose ShadowPod is still on the pool"
+        )
+        assert await rig.get_or_none(rig.pool, SHADOWPODS, "leaving", rig.remote_ns) is not None
+        rig.reach.set(PoolState.CONNECTED)
+        await until(lambda: _gone(rig, PODS, "leaving", rig.ns, rig.home), 30, "the local pod removed")
+        assert await rig.get_or_none(rig.pool, SHADOWPODS, "leaving", rig.remote_ns) is None
+        assert await rig.get_or_none(rig.pool, PODS, "leaving", rig.remote_ns) is None
+
+
+async def _gone(rig: Rig, resource: Resource, name: str, ns: str, client: KubeClient) -> bool:
+    return await rig.get_or_none(client, resource, name, ns) is None

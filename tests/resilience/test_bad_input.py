@@ -80,11 +80,15 @@ def bad_kubeconfigs(bundle: Bundle) -> dict[str, dict[str, str | None]]:
     insecure = copy.deepcopy(bundle.kubeconfig)
     insecure["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
     insecure["clusters"][0]["cluster"].pop("certificate-authority-data", None)
+    # Issue 15 item 6: a Secret's kubeconfig may not make vkbridge read a local file (its own SA token).
+    token_file = copy.deepcopy(bundle.kubeconfig)
+    token_file["users"][0]["user"] = {"tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}
     return {
         "binary garbage": {"kubeconfig": b64(bytes(range(256)))},
         "not a kubeconfig": {"kubeconfig": b64("just: [some, yaml\n")},
         "no kubeconfig key": {"kubeconfig": None, "config": b64(yaml.safe_dump(bundle.kubeconfig))},
         "insecure-skip-tls-verify": {"kubeconfig": b64(yaml.safe_dump(insecure))},
+        "a local token file": {"kubeconfig": b64(yaml.safe_dump(token_file))},
     }
 
 
@@ -115,6 +119,15 @@ def test_malformed_kubeconfig_secret_is_refused_and_the_credential_in_use_kept(
     assert "credential swapped" not in log, "a bad Secret must never replace the working credential"
     unnamed = [what for what, line in refused.items() if bundle.secret_name not in line]
     assert not unnamed, f"refusals that do not name the Secret to fix: {unnamed}"
+    # Each refusal is also a Warning Event on the Secret (`kubectl describe secret` shows why).
+    wait_until(
+        lambda: any(
+            e["reason"] == "KubeconfigRefused" and "tokenFile" in e["message"]
+            for e in events_for(consumer, bundle.tenant_ns, bundle.secret_name)
+        ),
+        10,
+        "a KubeconfigRefused Event on the Secret naming tokenFile",
+    )
     assert vkbridge.alive()
     assert name in shadowpods(pool, remote)
 

@@ -7,7 +7,13 @@ from typing import Any
 import pytest
 
 from reflectors.forge import constants as c
-from reflectors.forge.references import Reference, configmap_names, pod_references, secret_names
+from reflectors.forge.references import (
+    Reference,
+    configmap_names,
+    not_found_events,
+    pod_references,
+    secret_names,
+)
 
 
 def pod(spec: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -184,3 +190,16 @@ def test_secrets_referenced_only_by_ephemeral_containers_are_not_copied() -> Non
     shared = {"containers": [container(env=[env_from_secret("db", optional=True)])],
               "ephemeralContainers": [container(env=[env_from_secret("db", optional=False)])]}  # fmt: skip
     assert pod_references(pod(shared)) == (Reference("Secret", "db", optional=True),)
+
+
+def test_missing_references_are_told_with_the_upstream_virtual_kubelet_reasons_and_wording() -> None:
+    absent = (Reference("ConfigMap", "cfg"), Reference("ConfigMap", "extra", optional=True),
+              Reference("Secret", "db"), Reference("Secret", "maybe", optional=True))  # fmt: skip
+    assert not_found_events(absent, optional=False) == [
+        ("Warning", "MandatoryConfigMapNotFound", 'configmap "cfg" not found'),
+        ("Warning", "MandatorySecretNotFound", 'secret "db" not found'),
+    ]
+    assert not_found_events(absent, optional=True) == [
+        ("Normal", "OptionalConfigMapNotFound", 'configmap "extra" not found'),
+        ("Normal", "OptionalSecretNotFound", 'secret "maybe" not found'),
+    ]

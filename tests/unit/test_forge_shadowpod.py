@@ -13,10 +13,15 @@ from reflectors.forge.shadowpod import (
     COPIED_SPEC_FIELDS,
     ForgeError,
     _affinity_mutator,
+    controlling_shadow_uid,
     effective_apiserver_support,
     forge_local_offloaded_label,
     forge_shadowpod,
+    ignored_apiserver_override,
+    is_stale_shadow,
+    local_pod_uid_of,
     needs_update,
+    remote_pod_of,
 )
 
 LOCAL_ID = "c-1a2b3c4d"
@@ -163,7 +168,8 @@ def test_annotations(
 ) -> None:
     pod = make_pod()
     pod["metadata"]["annotations"] = local_annotations
-    assert forge(pod, offloading_patch=patch)["metadata"]["annotations"] == expected
+    annotations = forge(pod, offloading_patch=patch)["metadata"]["annotations"]
+    assert annotations == {**expected, c.LOCAL_POD_UID_ANNOTATION: "local-uid"}
 
 
 # --- spec: copied, dropped, forced --------------------------------------------------------------
@@ -171,6 +177,7 @@ def test_annotations(
 COPIED_VALUES: dict[str, Any] = {
     "containers": [{"name": "app", "image": "busybox:1.36", "resources": {"requests": {"cpu": "100m"}}}],
     "initContainers": [{"name": "init", "image": "busybox:1.36"}],
+    "resources": {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
     "volumes": [{"name": "data", "emptyDir": {}}],
     "activeDeadlineSeconds": 600,
     "dnsConfig": {"nameservers": ["1.1.1.1"]},
@@ -394,12 +401,20 @@ def token_volume(name: str, path: str = "token") -> dict[str, Any]:
             id="per-pod-disabled-annotation-overrides-mode",
         ),
         pytest.param(
-            "disabled",
+            "tokenapi",
             {c.APISERVER_SUPPORT_ANNOTATION: "remote"},
             token_volume("vault-token"),
             "",
             [{"serviceAccountToken": {"audience": "vault", "path": "token"}}],
             id="per-pod-remote-annotation-keeps-token-source",
+        ),
+        pytest.param(
+            "disabled",
+            {c.APISERVER_SUPPORT_ANNOTATION: "remote"},
+            token_volume("vault-token"),
+            "",
+            [],
+            id="remote-annotation-ignored-while-api-server-support-is-off",
         ),
     ],
 )
@@ -572,9 +587,33 @@ def test_kubernetes_default_host_alias(kwargs: dict[str, Any], expected: list[di
 def test_service_account_mutator(
     annotations: dict[str, str], sa: str, expected_sa: str | None, automount: bool
 ) -> None:
-    spec = pod_spec(forge(with_meta(make_pod(serviceAccountName=sa), annotations=annotations)))
+    pod = with_meta(make_pod(serviceAccountName=sa), annotations=annotations)
+    spec = pod_spec(forge(pod, apiserver_support="tokenapi"))
     assert spec.get("serviceAccountName") == expected_sa
     assert spec["automountServiceAccountToken"] is automount
+
+
+@pytest.mark.parametrize("mode", ["disabled", "Disabled"])
+def test_remote_api_server_annotation_cannot_override_disabled_support(mode: str) -> None:
+    """Issue 15 item 19: with API server support off, ``liqo.io/api-server-support: remote`` keeps no token
+    volume, no automount and no remote ServiceAccount, and the pod is told why (a Warning event)."""
+    annotations = {
+        c.APISERVER_SUPPORT_ANNOTATION: "remote",
+        c.REMOTE_SERVICE_ACCOUNT_NAME_ANNOTATION: "pool-admin",
+    }
+    pod = with_meta(
+        make_pod(serviceAccountName="builder", volumes=[kube_api_access_volume()]), annotations=annotations
+    )
+    spec = pod_spec(forge(pod, apiserver_support=mode))
+    assert "serviceAccountName" not in spec
+    assert spec["automountServiceAccountToken"] is False
+    sources = spec["volumes"][0]["projected"]["sources"]
+    assert all("serviceAccountToken" not in s for s in sources)
+    assert effective_apiserver_support(mode, annotations) == "disabled"
+    message = ignored_apiserver_override(mode, annotations)
+    assert message is not None and "ignored" in message and "disabled" in message
+    assert ignored_apiserver_override("tokenapi", annotations) is None
+    assert ignored_apiserver_override(mode, {}) is None
 
 
 def test_offloading_patch_node_selector_is_the_only_node_selector() -> None:
@@ -723,7 +762,7 @@ def test_update_keeps_existing_identity_and_follows_local_metadata() -> None:
     meta = desired["metadata"]
     assert (meta["uid"], meta["resourceVersion"], meta["namespace"]) == ("remote-uid", "7", REMOTE_NS)
     assert meta["labels"]["new"] == "yes"
-    assert meta["annotations"] == {"n": "1"}
+    assert meta["annotations"] == {"n": "1", c.LOCAL_POD_UID_ANNOTATION: "local-uid"}
     assert meta["labels"][c.CREATOR_USER_LABEL] == "resourceslice-c0123-1a2b3c"
     assert "status" not in desired
 
@@ -809,3 +848,66 @@ def test_forge_local_offloaded_label(labels: dict[str, str] | None, expected: An
     pod = make_pod()
     pod["metadata"]["labels"] = labels
     assert forge_local_offloaded_label(pod) == expected
+
+
+# --- identity: the local pod UID (issue 15 item 8) -----------------------------------------------
+
+
+def test_shadowpod_records_the_local_pod_uid() -> None:
+    shadow = forge(make_pod())
+    assert shadow["metadata"]["annotations"][c.LOCAL_POD_UID_ANNOTATION] == "local-uid"
+    assert local_pod_uid_of(shadow) == "local-uid"
+
+
+def test_local_pod_cannot_spoof_the_uid_annotation() -> None:
+    pod = with_meta(make_pod(), annotations={c.LOCAL_POD_UID_ANNOTATION: "someone-else"})
+    assert local_pod_uid_of(forge(pod)) == "local-uid"
+
+
+def test_update_adds_the_uid_to_a_shadowpod_made_without_it() -> None:
+    """ShadowPods of Liqo's VK or an older vkbridge are adopted and get the mark with the metadata sync."""
+    existing = existing_shadow()
+    existing["metadata"]["annotations"] = {"team.example/owner": "alice"}
+    assert local_pod_uid_of(existing) is None
+    assert not is_stale_shadow(existing, make_pod())
+    desired = forge(make_pod(), existing=existing)
+    assert needs_update(existing, desired)
+    assert local_pod_uid_of(desired) == "local-uid"
+
+
+@pytest.mark.parametrize(
+    ("recorded", "stale"),
+    [
+        pytest.param("local-uid", False, id="same-pod"),
+        pytest.param("earlier-uid", True, id="same-name-replacement-after-force-delete"),
+        pytest.param(None, False, id="unmarked-is-adopted"),
+    ],
+)
+def test_stale_shadowpod_is_one_made_for_another_uid(recorded: str | None, stale: bool) -> None:
+    shadow = forge(make_pod())
+    if recorded is None:
+        del shadow["metadata"]["annotations"][c.LOCAL_POD_UID_ANNOTATION]
+    else:
+        shadow["metadata"]["annotations"][c.LOCAL_POD_UID_ANNOTATION] = recorded
+    assert is_stale_shadow(shadow, make_pod()) is stale
+
+
+def remote_owned_by(uid: str | None) -> dict[str, Any]:
+    refs = [] if uid is None else [{"kind": "ShadowPod", "name": "web-0", "uid": uid, "controller": True}]
+    return {"metadata": {"name": "web-0", "ownerReferences": refs}, "status": {"phase": "Running"}}
+
+
+@pytest.mark.parametrize(
+    ("owner", "belongs"),
+    [
+        pytest.param("shadow-uid", True, id="controlled-by-this-shadowpod"),
+        pytest.param("earlier-shadow-uid", False, id="controlled-by-an-earlier-shadowpod"),
+        pytest.param(None, True, id="no-controller-reference"),
+    ],
+)
+def test_remote_pod_of_an_earlier_shadowpod_is_not_mirrored(owner: str | None, belongs: bool) -> None:
+    shadow = {"metadata": {"name": "web-0", "uid": "shadow-uid"}}
+    remote = remote_owned_by(owner)
+    assert controlling_shadow_uid(remote) == owner
+    assert (remote_pod_of(shadow, remote) is remote) is belongs
+    assert remote_pod_of(None, remote) is remote

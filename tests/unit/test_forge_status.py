@@ -12,6 +12,7 @@ from reflectors.forge import constants as c
 from reflectors.forge.status import (
     forge_local_status,
     infer_additional_restarts,
+    overrides_terminal,
     rejected_status,
     restarts_on_remote_change,
     status_equal,
@@ -395,3 +396,24 @@ def test_status_when_remote_missing(shadow: dict[str, Any] | None, expected_phas
 def test_status_equal(a: Any, b: Any, expected: bool) -> None:
     assert status_equal(a, b) is expected
     assert status_equal(b, a) is expected
+
+
+# --- terminal is final (issue 15 item 10) --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("local_phase", "new_phase", "overrides"),
+    [
+        pytest.param("Succeeded", "Running", True, id="succeeded-never-becomes-running"),
+        pytest.param("Failed", "Pending", True, id="failed-never-becomes-pending"),
+        pytest.param("Failed", "Succeeded", True, id="failed-never-becomes-succeeded"),
+        pytest.param("Succeeded", "Succeeded", False, id="same-terminal-phase-may-be-refined"),
+        pytest.param("Running", "Succeeded", False, id="running-may-finish"),
+        pytest.param("Pending", "Running", False, id="pending-may-start"),
+    ],
+)
+def test_terminal_local_pod_keeps_its_phase_whatever_the_remote_pod_shows(
+    local_phase: str, new_phase: str, overrides: bool
+) -> None:
+    local = {"metadata": {"name": "job"}, "status": {"phase": local_phase}}
+    assert overrides_terminal(local, {"phase": new_phase}) is overrides

@@ -380,3 +380,253 @@ class LedgerMachine(RuleBasedStateMachine):
 
 TestLedger = LedgerMachine.TestCase
 TestLedger.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+
+
+# ---- the pod reflector's ledger bookkeeping (issue 15 items 1-5, 8): pure, no API ---------------------------
+
+
+def local_pod(name: str, uid: str, spec: dict[str, Any], phase: str = "Running") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "team",
+            "uid": uid,
+            "creationTimestamp": "2026-12-01T10:00:00Z",
+        },
+        "spec": {"nodeName": "pool", **spec},
+        "status": {"phase": phase},
+    }
+
+
+def cpu_pod(name: str, cpu: str, uid: str | None = None, phase: str = "Running") -> dict[str, Any]:
+    return local_pod(name, uid or f"uid-{name}", {"containers": [container({"cpu": cpu})]}, phase)
+
+
+def shadow_of(local: dict[str, Any], *, phase: str = "Running", annotate: bool = True) -> dict[str, Any]:
+    """The ShadowPod as vkbridge forges it, seen through the pair cache's view (what a restart finds)."""
+    from reflectors.forge import constants as c
+    from reflectors.forge.shadowpod import forge_shadowpod
+    from reflectors.pairs import shadowpod_view
+
+    shadow = forge_shadowpod(
+        local,
+        remote_namespace="team-remote",
+        local_cluster_id="c-local",
+        remote_cluster_id="c-pool",
+        node_name="pool",
+        apiserver_support="disabled",
+        offloading_patch=None,
+        existing=None,
+    )
+    annotations = shadow["metadata"].setdefault("annotations", {})
+    if annotate:
+        annotations[c.LOCAL_POD_UID_ANNOTATION] = local["metadata"]["uid"]
+    else:
+        annotations.pop(c.LOCAL_POD_UID_ANNOTATION, None)  # made by Liqo's VK or an older vkbridge
+    shadow["metadata"]["uid"] = "shadow-" + local["metadata"]["uid"]
+    shadow["status"] = {"phase": phase}
+    return shadowpod_view(shadow)
+
+
+def remote_of(phase: str) -> dict[str, Any]:
+    return {"metadata": {"name": "x", "uid": "remote"}, "status": {"phase": phase}}
+
+
+class Books:
+    """A PodReflector holding a real ledger; only its grant bookkeeping is used (no context, no I/O)."""
+
+    def __init__(self, grant: dict[str, str] | None = None) -> None:
+        from reflectors.pods import PodReflector
+
+        self.admission = Admission(Grant.from_resource_list(grant or DEFAULT_GRANT))
+        self.waits: list[str] = []
+        self.released: list[str] = []
+        self.done: list[str] = []
+        nothing: Any = None
+        self.pods = PodReflector(
+            nothing, nothing, self.admission, lambda key, _created: self.waits.append(key),
+            self.released.append, nothing, on_grant_done=self.done.append,
+        )  # fmt: skip
+
+    def admit(self, local: dict[str, Any]) -> bool:
+        key = f"team/{local['metadata']['name']}"
+        return self.pods._admit(key, local, self.pods._requests(local)).ok
+
+    def restart_finds(self, local: dict[str, Any] | None, shadow: dict[str, Any], remote: Any = None) -> None:
+        self.pods.account(f"team/{shadow['metadata']['name']}", local, shadow, remote)
+
+    def used(self, name: str) -> Fraction:
+        return self.admission.used().get(name, F(0))
+
+
+RESTART_PODS = [
+    pytest.param({"containers": [container({"cpu": "1500m", "memory": "1Gi"})]}, id="containers"),
+    pytest.param(
+        {
+            "containers": [container({"cpu": "1"})],
+            "initContainers": [container({"cpu": "500m"}, sidecar=True), container({"cpu": "3"})],
+        },
+        id="sidecar-and-init-containers",
+    ),
+    pytest.param(
+        {
+            "containers": [container({"cpu": "100m", "memory": "64Mi"})],
+            "resources": {"requests": {"cpu": "3", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+        },
+        id="pod-level-resources",
+    ),
+    pytest.param(
+        {"containers": [container({"cpu": "1"})], "runtimeClassName": "kata", "overhead": {"cpu": "250m"}},
+        id="runtime-class-overhead",
+    ),
+]
+
+
+@pytest.mark.parametrize("spec", RESTART_PODS)
+def test_charge_after_restart_equals_charge_at_admission(spec: dict[str, Any]) -> None:
+    local = local_pod("web", "uid-web", spec)
+    before = Books()
+    assert before.admit(local)
+    after = Books()  # a new process: the ledger is rebuilt from the ShadowPod the pool has
+    after.restart_finds(local, shadow_of(local))
+    assert after.admission.charge("uid-web") == before.admission.charge("uid-web") == pod_requests(local)
+    assert after.pods.charged == before.pods.charged == {"team/web": "uid-web"}
+
+
+def test_pod_level_resources_travel_to_the_shadowpod() -> None:
+    spec = {
+        "containers": [container({"cpu": "100m"})],
+        "resources": {"requests": {"cpu": "3", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+    }
+    local = local_pod("web", "uid-web", spec)
+    assert shadow_of(local)["spec"]["pod"]["resources"] == local["spec"]["resources"]
+
+
+def test_full_grant_found_at_restart_makes_a_new_pod_wait() -> None:
+    books = Books()
+    for i in range(4):
+        pod_i = cpu_pod(f"p{i}", "1")
+        books.restart_finds(pod_i, shadow_of(pod_i))
+    assert books.used("cpu") == 4
+    assert not books.admit(cpu_pod("new", "1"))
+    assert books.admission.check(pod_requests(cpu_pod("new", "1"))).message == (
+        "does not fit in the pool grant: cpu requested 1 free 0"
+    )
+
+
+def test_restart_keys_charges_by_recorded_uid_else_by_the_local_pod_uid() -> None:
+    books = Books()
+    web = cpu_pod("web", "1", uid="uid-now")
+    books.restart_finds(web, shadow_of(cpu_pod("web", "1", uid="uid-before")))  # a stale ShadowPod
+    assert books.pods.charged == {"team/web": "uid-before"}
+    job = cpu_pod("job", "1", uid="uid-job")
+    books.restart_finds(job, shadow_of(job, annotate=False))
+    assert books.pods.charged["team/job"] == "uid-job"
+    assert books.used("cpu") == 2
+
+
+def test_same_name_replacement_does_not_inherit_its_predecessors_charge() -> None:
+    books = Books({**DEFAULT_GRANT, "cpu": "2"})
+    assert books.admit(cpu_pod("web-0", "1", uid="uid-a"))
+    assert books.admit(cpu_pod("web-0", "1", uid="uid-a"))  # the same pod again: still one charge
+    assert books.used("cpu") == 1
+    bigger = cpu_pod("web-0", "2", uid="uid-b")  # force-deleted and re-created: its ShadowPod is gone
+    assert books.admit(bigger)
+    assert books.admission.admitted() == ["uid-b"] and books.used("cpu") == 2
+
+
+def test_grant_that_starts_limiting_pods_counts_every_admitted_pod() -> None:
+    no_pod_count = {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "20Gi"}
+    books = Books(no_pod_count)
+    for i in range(18):
+        assert books.admit(cpu_pod(f"p{i}", "10m")), f"p{i} waits: an unlisted pod count is no limit"
+    assert books.used("pods") == 18
+    assert "pods" not in books.admission.free()
+    books.admission.set_grant(Grant.from_resource_list({**no_pod_count, "pods": "10"}))
+    assert not books.admit(cpu_pod("p18", "10m"))
+    assert books.admission.check(pod_requests(cpu_pod("p18", "10m"))).message == (
+        "does not fit in the pool grant: pods requested 1 free -8"
+    )
+    assert books.admission.free()["pods"] == -8
+
+
+def test_empty_grant_still_admits_nothing_even_without_a_pod_count() -> None:
+    assert (
+        Admission().check({"cpu": F(0), "memory": F(0), "pods": F(1)}).message == "the pool grant has no pods"
+    )
+
+
+FINISHED = [
+    pytest.param("Succeeded", "Running", None, id="local-pod-succeeded"),
+    pytest.param("Running", "Failed", None, id="shadowpod-failed"),
+    pytest.param("Running", "Running", "Succeeded", id="remote-pod-succeeded"),
+    pytest.param("Running", "Running", "Failed", id="remote-pod-failed"),
+]
+
+
+@pytest.mark.parametrize(("local_phase", "shadow_phase", "remote_phase"), FINISHED)
+def test_finished_pod_holds_no_share_at_restart_or_after(
+    local_phase: str, shadow_phase: str, remote_phase: str | None
+) -> None:
+    live = cpu_pod("job", "1")
+    finished = cpu_pod("job", "1", phase=local_phase)
+    shadow = shadow_of(live, phase=shadow_phase)
+    remote = remote_of(remote_phase) if remote_phase else None
+    at_restart = Books()
+    at_restart.restart_finds(finished, shadow, remote)
+    assert at_restart.admission.used() == {} and at_restart.pods.charged == {}
+    running = Books()
+    running.restart_finds(live, shadow_of(live))
+    assert running.used("cpu") == 1
+    running.restart_finds(finished, shadow, remote)  # the pod finishes while we run
+    assert running.admission.used() == {} and running.released == ["team/job"]
+
+
+def test_shadowpod_being_deleted_or_gone_holds_no_share() -> None:
+    from reflectors.pods import holds_share
+
+    pod_ = cpu_pod("web", "1")
+    shadow = shadow_of(pod_)
+    assert holds_share(pod_, shadow, remote_of("Running"))
+    deleting = {**shadow, "metadata": {**shadow["metadata"], "deletionTimestamp": "2026-12-01T10:00:00Z"}}
+    assert not holds_share(pod_, deleting, None)
+    books = Books()
+    books.restart_finds(pod_, shadow)
+    books.pods.release_gone("team/web", shadow)
+    assert books.admission.used() == {}
+
+
+def test_shadowpod_whose_local_pod_is_gone_holds_its_share_until_deleted() -> None:
+    gone = cpu_pod("web", "1", uid="uid-gone")
+    books = Books()
+    books.restart_finds(None, shadow_of(gone))  # the pool counts it until we delete it
+    books.restart_finds(None, shadow_of(cpu_pod("old", "1"), annotate=False))
+    assert books.pods.charged == {"team/web": "uid-gone", "team/old": "team/old"}
+    assert books.used("cpu") == 2
+    deleting = shadow_of(gone)
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
+    books.restart_finds(None, deleting)
+    assert books.pods.charged == {"team/old": "team/old"} and books.used("cpu") == 1
+
+
+def test_unpaired_namespace_releases_its_pods_charges() -> None:
+    books = Books()
+    for i in range(4):
+        assert books.admit(cpu_pod(f"p{i}", "1"))
+    other = cpu_pod("elsewhere", "1")
+    books.pods.charged["other/elsewhere"] = "uid-elsewhere"  # another namespace's pod keeps its share
+    books.admission.force_charge("uid-elsewhere", pod_requests(other))
+    books.pods.release_namespace("team")
+    assert books.pods.charged == {"other/elsewhere": "uid-elsewhere"}
+    assert books.used("cpu") == 1
+
+
+def test_released_pod_leaves_the_wait_list_and_wakes_the_others() -> None:
+    books = Books({**DEFAULT_GRANT, "cpu": "1"})
+    assert books.admit(cpu_pod("a", "1"))
+    books.pods._release("team/a")
+    assert books.done == ["team/a"] and books.released == ["team/a"]
+    books.pods._release("never-admitted/b")  # a waiting pod deleted: leaves the list, frees nothing
+    assert books.done == ["team/a", "never-admitted/b"] and books.released == ["team/a"]

@@ -26,6 +26,8 @@ from vkbridge.logs import get_logger
 log = get_logger("vkbridge.credentials")
 
 KUBECONFIG_KEY = "kubeconfig"
+# Warning Event reason on the kubeconfig Secret when its content is refused (vkbridge's own, not Liqo's).
+KUBECONFIG_REFUSED_REASON = "KubeconfigRefused"
 
 
 def credentials_from_secret(secret: Mapping[str, Any] | None, where: str) -> Credentials:
@@ -89,8 +91,9 @@ class RemoteCredentialWatcher:
         secret_key: str,
         *,
         on_swap: Callable[[Credentials], None] | None = None,
-        on_invalid: Callable[[str], None] | None = None,
+        on_invalid: Callable[[str, Mapping[str, Any] | None], None] | None = None,
     ) -> None:
+        """``on_invalid(message, secret)`` is told once per new refusal (an Event on the Secret)."""
         self._pool, self._cache, self._key = pool, secret_cache, secret_key
         self._on_swap, self._on_invalid = on_swap, on_invalid
         self._last_error: str | None = None
@@ -110,7 +113,7 @@ class RemoteCredentialWatcher:
                 self._last_error = msg
                 log.error("pool credential unusable; keeping the previous one", error=msg)
                 if self._on_invalid is not None:
-                    self._on_invalid(msg)
+                    self._on_invalid(msg, new)
             return
         self._last_error = None
         current = self._pool.credentials

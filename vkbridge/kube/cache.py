@@ -164,6 +164,13 @@ class Cache:
         """Every object as JSON, without decoding a compact cache (a list body is these, joined)."""
         return [v if isinstance(v, bytes) else orjson.dumps(v) for v in self._store.values()]
 
+    def get_json(self, key: str) -> bytes | None:
+        """One object as JSON, without decoding a compact cache."""
+        stored = self._store.get(key)
+        if stored is None:
+            return None
+        return stored if isinstance(stored, bytes) else orjson.dumps(stored)
+
     def keys(self) -> Keys:
         return [*self._store]
 
