@@ -27,6 +27,9 @@ DEFAULT_NAMES: tuple[str, ...] = (
     "kube-scheduler",
     "kubectl",
 )
+# The real workers' binary (e2e/workers), built by the same script into the same directories and found by
+# the same lookup order; not in DEFAULT_NAMES, so a machine without it still runs every plane.
+WORKER_NAMES: tuple[str, ...] = ("kubelet",)
 _VERSION_DIR = re.compile(r"^(\d+)\.(\d+)\.(\d+)-")
 
 

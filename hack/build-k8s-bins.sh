@@ -13,17 +13,69 @@ out_root=${1:-${VKBRIDGE_K8S_BIN:-${XDG_DATA_HOME:-$HOME/.local/share}/kubebuild
 versions=${K8S_VERSIONS:-"v1.36.3 v1.36.1 v1.37.2 v1.35.4"}
 export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
 bins="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl"
+# The real workers' kubelet (e2e/workers) comes from the same module, into the same directory.
+# VKBRIDGE_BUILD_KUBELET=0 leaves it out (fake workers only).
+worker_bins="kubelet"; [ "${VKBRIDGE_BUILD_KUBELET:-1}" = 0 ] && worker_bins=""
+k8s_cmds="kube-apiserver kube-controller-manager kube-scheduler kubectl $worker_bins"
 
-complete() {  # $1 = dir
-  for b in $bins; do [ -x "$1/$b" ] || return 1; done
+has() {  # $1 = dir, then binary names
+  local d=$1; shift
+  for b in "$@"; do [ -x "$d/$b" ] || return 1; done
+}
+
+# The wrapper module for $1 (k8s version) in the current directory: staging replaces, tools.go, tidy.
+k8s_module() {
+  local k8s=$1 stg="v0.${1#v1.}" gomod goline m c
+  rm -f go.mod go.sum
+  go mod init example.invalid/k8s-test-bins >/dev/null 2>&1
+  gomod=$(go mod download -json "k8s.io/kubernetes@$k8s" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+  goline=$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$gomod" | head -1)
+  go mod edit -go="$goline"
+  go mod edit -require="k8s.io/kubernetes@$k8s"
+  # shellcheck disable=SC2013  # module paths hold no spaces
+  for m in $(sed -n 's#^[[:space:]]*\(k8s\.io/[^ ]*\) => \./staging/src/k8s\.io/.*#\1#p' "$gomod"); do
+    go mod edit -replace="$m=$m@$stg"
+  done
+  echo "== staging replaces: $(grep -c '=> k8s.io' go.mod)"
+  { printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for c in $k8s_cmds; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
+    printf ')\n'; } > tools.go
+  echo "== go mod tidy"; go mod tidy
+}
+
+# go build $3.. (cmd names) of Kubernetes $1 into directory $2, with upstream's version ldflags.
+k8s_build() {
+  local k8s=$1 dir=$2 minor ldf c pkgs=(); shift 2
+  minor=${k8s#v1.}; minor=${minor%%.*}
+  ldf="-s -w -X k8s.io/component-base/version.gitVersion=$k8s -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ) -X k8s.io/client-go/pkg/version.gitVersion=$k8s -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+  for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+  echo "== go build $* (this takes a while on a cold cache)"
+  go build -p "$(nproc)" -trimpath -tags=selinux,notest -ldflags="$ldf" -o "$dir/" "${pkgs[@]}"
 }
 
 for k8s in $versions; do
   for root in "$out_root" "$repo/.k8s-bin"; do
     dir="$root/k8s/${k8s#v}-linux-amd64"
-    if complete "$dir"; then
+    # shellcheck disable=SC2086  # word lists on purpose
+    if has "$dir" $bins $worker_bins; then
       echo "build-k8s-bins: found complete binaries in $dir; skipping the build"
       exit 0
+    fi
+    # shellcheck disable=SC2086
+    if has "$dir" $bins; then
+      # The control plane is there and only the kubelet is missing: add it from the same module.
+      log="$root/logs/build-$k8s-kubelet.log"; mkdir -p "$root/logs" "$root/work/$k8s/k8s"
+      echo "build-k8s-bins: control plane found in $dir; building the kubelet ($k8s) into it; log: $log"
+      start=$(date +%s)
+      # shellcheck disable=SC2086
+      if (set -euo pipefail; cd "$root/work/$k8s/k8s"; k8s_module "$k8s"; k8s_build "$k8s" "$dir" $worker_bins
+          "$dir/kubelet" --version) >"$log" 2>&1; then
+        echo "build-k8s-bins: kubelet $k8s built in $(( $(date +%s) - start )) s into $dir"
+        exit 0
+      fi
+      echo "build-k8s-bins: kubelet $k8s FAILED after $(( $(date +%s) - start )) s; last lines:" >&2
+      tail -20 "$log" >&2
+      exit 1
     fi
   done
 done
@@ -41,25 +93,9 @@ for k8s in $versions; do
   if (
     set -euo pipefail
     cd "$work/k8s"
-    rm -f go.mod go.sum
-    go mod init example.invalid/k8s-test-bins >/dev/null 2>&1
-    gomod=$(go mod download -json "k8s.io/kubernetes@$k8s" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
-    goline=$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$gomod" | head -1)
-    go mod edit -go="$goline"
-    go mod edit -require="k8s.io/kubernetes@$k8s"
-    # shellcheck disable=SC2013  # module paths hold no spaces
-    for m in $(sed -n 's#^[[:space:]]*\(k8s\.io/[^ ]*\) => \./staging/src/k8s\.io/.*#\1#p' "$gomod"); do
-      go mod edit -replace="$m=$m@$stg"
-    done
-    echo "== staging replaces: $(grep -c '=> k8s.io' go.mod)"
-    printf 'package tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n\t_ "k8s.io/kubernetes/cmd/kube-scheduler"\n\t_ "k8s.io/kubernetes/cmd/kubectl"\n)\n' > tools.go
-    sed -i '1i //go:build tools\n' tools.go
-    echo "== go mod tidy"; go mod tidy
-    ldf="-s -w -X k8s.io/component-base/version.gitVersion=$k8s -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ) -X k8s.io/client-go/pkg/version.gitVersion=$k8s -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
-    echo "== go build (this takes a while on a cold cache)"
-    go build -p "$(nproc)" -trimpath -tags=selinux,notest -ldflags="$ldf" -o "$dir/" \
-      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+    k8s_module "$k8s"
+    # shellcheck disable=SC2086  # a word list on purpose
+    k8s_build "$k8s" "$dir" $k8s_cmds
     cd "$work/etcd"
     rm -f go.mod go.sum
     go mod init example.invalid/etcd-bin >/dev/null 2>&1

@@ -11,6 +11,14 @@ command -v pgrep >/dev/null 2>&1 || missing="$missing procps"
 command -v script >/dev/null 2>&1 || missing="$missing bsdutils"
 command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
 command -v shellcheck >/dev/null 2>&1 || missing="$missing shellcheck"
+# Real pool workers (e2e/workers): containerd + runc (not docker.io: no daemon of its own is wanted), the
+# CNI plugins, and a static busybox to make the busybox and pause images from. VKBRIDGE_REAL_WORKERS=0: skip.
+if [ "${VKBRIDGE_REAL_WORKERS:-1}" != 0 ]; then
+  command -v containerd >/dev/null 2>&1 || missing="$missing containerd"
+  command -v runc >/dev/null 2>&1 || missing="$missing runc"
+  [ -x /usr/lib/cni/bridge ] || missing="$missing containernetworking-plugins"
+  dpkg -s busybox-static >/dev/null 2>&1 || missing="$missing busybox-static"
+fi
 if [ -n "$missing" ]; then
   echo "== apt-get install$missing"
   export DEBIAN_FRONTEND=noninteractive

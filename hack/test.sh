@@ -45,7 +45,9 @@ else
 fi
 
 step "leftovers (processes, network namespaces, mounts the run made)"
-left=$(pgrep -a -f '(\.k8s-bin/|kubebuilder-envtest).*(etcd|kube-apiserver|kube-controller-manager|kube-scheduler)|e2e\.(fakekubelet|emulator)|-m vkbridge ' || true)
+# Real workers (e2e/workers): kubelets from the store; containerd and its runc shims name the testbed's
+# /tmp/vkbw-* directory in their arguments (a system containerd does not).
+left=$(pgrep -a -f '(\.k8s-bin/|kubebuilder-envtest).*(etcd|kube-apiserver|kube-controller-manager|kube-scheduler)|(\.k8s-bin/|kubebuilder-envtest)[^ ]*/kubelet |containerd.*/vkbw-|e2e\.(fakekubelet|emulator)|-m vkbridge ' || true)
 if [ -n "$left" ]; then echo "processes left behind:"; echo "$left"; status=1; else echo "processes: none"; fi
 netns_after=$(ip netns list 2>/dev/null | sort || true)
 new_netns=$(comm -13 <(echo "$netns_before") <(echo "$netns_after") | sed '/^$/d')

@@ -4,6 +4,11 @@ import importlib.util
 
 pytest_plugins = [
     name
-    for name in ("e2e.fixtures_planes", "e2e.fixtures_pool", "tests.fixtures_vkbridge")
+    for name in (
+        "e2e.fixtures_planes",
+        "e2e.fixtures_pool",
+        "e2e.fixtures_workers",
+        "tests.fixtures_vkbridge",
+    )
     if importlib.util.find_spec(name) is not None
 ]
