@@ -239,6 +239,51 @@ def test_missing_secret_keeps_the_pod_pending_until_it_is_created(
     assert get(pool, secret_path(remote_ns, "late")) is not None
 
 
+def _with_env_from(pod: dict[str, Any], *, secret: str, configmap: str, optional: bool) -> dict[str, Any]:
+    pod["spec"]["containers"][0]["envFrom"] = [
+        {"secretRef": {"name": secret, "optional": optional}},
+        {"configMapRef": {"name": configmap, "optional": optional}},
+    ]
+    return pod
+
+
+def _reasons(consumer: ControlPlane, ns: str, pod: str) -> dict[str, tuple[str, str]]:
+    return {e["reason"]: (e["type"], e["message"]) for e in events_for(consumer, ns, pod)}
+
+
+def test_missing_references_get_the_upstream_virtual_kubelet_reasons_besides_failed_reflection(
+    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
+    offloaded_ns: tuple[str, str],
+) -> None:  # fmt: skip
+    """Users and tools grep for the upstream virtual-kubelet's MandatorySecretNotFound and friends: a pod
+    held back for a missing required Secret/ConfigMap gets them (Warning) with Liqo's FailedReflection; a
+    pod sent without missing optional ones gets OptionalSecretNotFound/OptionalConfigMapNotFound (Normal)."""
+    ns, _ = offloaded_ns
+    held = _with_env_from(
+        pool_pod(bundle.slug, "held"), secret="no-such-s", configmap="no-such-cm", optional=False
+    )
+    sent = _with_env_from(
+        pool_pod(bundle.slug, "sent"), secret="maybe-s", configmap="maybe-cm", optional=True
+    )
+    must(consumer, "POST", pod_path(ns), held)
+    must(consumer, "POST", pod_path(ns), sent)
+    mandatory = {"FailedReflection", "MandatorySecretNotFound", "MandatoryConfigMapNotFound"}
+    wait_until(lambda: mandatory <= set(_reasons(consumer, ns, "held")), 20, "the held pod's events")
+    reasons = _reasons(consumer, ns, "held")
+    assert reasons["MandatorySecretNotFound"] == ("Warning", 'secret "no-such-s" not found')
+    assert reasons["MandatoryConfigMapNotFound"] == ("Warning", 'configmap "no-such-cm" not found')
+    assert reasons["FailedReflection"][0] == "Warning"
+    assert not {"OptionalSecretNotFound", "OptionalConfigMapNotFound"} & set(reasons)
+    assert phase(consumer, ns, "held") == "Pending"
+    optional = {"SuccessfulReflection", "OptionalSecretNotFound", "OptionalConfigMapNotFound"}
+    wait_until(lambda: optional <= set(_reasons(consumer, ns, "sent")), 20, "the sent pod's events")
+    reasons = _reasons(consumer, ns, "sent")
+    assert reasons["OptionalSecretNotFound"] == ("Normal", 'secret "maybe-s" not found')
+    assert reasons["OptionalConfigMapNotFound"] == ("Normal", 'configmap "maybe-cm" not found')
+    assert not {"MandatorySecretNotFound", "MandatoryConfigMapNotFound", "FailedReflection"} & set(reasons)
+    wait_until(lambda: running(consumer, ns, "sent"), 30, "the pod with missing optional references Running")
+
+
 def test_policy_skip_and_foreign_objects_are_never_copied_or_touched(
     consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
     offloaded_ns: tuple[str, str],

@@ -191,7 +191,9 @@ async def credential_stack(
     secret_cache = Cache(home, SECRETS, b.tenant_ns, field_selector=f"metadata.name={b.secret_name}")
     metrics = Metrics()
     invalid: list[str] = []
-    watcher = RemoteCredentialWatcher(pool, secret_cache, where, on_invalid=lambda msg, _secret: invalid.append(msg))
+    watcher = RemoteCredentialWatcher(
+        pool, secret_cache, where, on_invalid=lambda msg, _secret: invalid.append(msg)
+    )
     rn = None
     if renewer is not None:
         rn = CertificateRenewer(

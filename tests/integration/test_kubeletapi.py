@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import datetime as dt
 import json
 import logging
 import os
@@ -598,7 +600,11 @@ async def test_stats_summary_and_pods(env: Env, server: KubeletServer) -> None:
         status, body = await _get(env, path, cert=(admin, key))
         assert status == 200, body
         items = json.loads(body)["items"]
-        assert {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in items} == refs
+        listed = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in items}
+        if path == "/pods":
+            assert listed == refs
+        else:  # only what runs (other tests add pods to the node that never run)
+            assert {(env.ns, "app"), (env.stray_ns, "stray")} <= listed <= refs
         assert {p["spec"]["nodeName"] for p in items} == {env.node}
 
 
@@ -949,3 +955,233 @@ async def test_port_forward_is_refused_with_a_clear_message(env: Env, server: Ku
     res = await kubectl(env, "port-forward", "-n", env.ns, "pod/app", f"{free_port()}:80", timeout=30)
     assert res.returncode != 0
     assert "port-forward is not implemented by this virtual kubelet" in res.stderr, res.stderr
+
+
+# ---------------------------------------------------------------------------------------------- Prometheus
+
+PROM_PATHS = ("/metrics", "/metrics/resource", "/metrics/cadvisor", "/metrics/probes")
+
+
+@contextlib.asynccontextmanager
+async def server_with_registry(env: Env, metrics: Metrics) -> AsyncIterator[Env]:
+    """A second kubelet API on its own port, wired with vkbridge's registry as app.py wires it."""
+    home = KubeClient(parse_kubeconfig(env.home_kubeconfig), name="consumer")
+    pool = KubeClient(parse_kubeconfig(env.pool_kubeconfig), name="pool")
+    ctx = server_context(*env.serving, env.workdir)
+    here = dataclasses.replace(env, port=free_port())
+    async with node_pods(home, env.node) as local_pods:
+        srv = KubeletServer(
+            home, pool, node_name=env.node, listen_host="127.0.0.1", port=here.port,
+            ssl_context_provider=lambda: ctx, client_ca_pem=env.consumer.ca_pem,
+            remote_namespace=env.remote_namespace, local_pods=local_pods, metrics=metrics,
+        )  # fmt: skip
+        await srv.start()
+        await srv.wait_serving(5)
+        try:
+            yield here
+        finally:
+            await srv.stop()
+            await home.close()
+            await pool.close()
+
+
+def _families(body: str) -> dict[str, Any]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {f.name: f for f in text_string_to_metric_families(body)}
+
+
+def _bind_node_subresource(env: Env, user: str, subresource: str) -> Callable[[], None]:
+    name = f"kapi-{subresource}-{user}"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+            "rules": [{"apiGroups": [""], "resources": [f"nodes/{subresource}"], "verbs": ["get"]}]}  # fmt: skip
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}],
+    }
+    _api_ok(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+    _api_ok(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+
+    def undo() -> None:
+        env.consumer.api("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{name}")
+        env.consumer.api("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}")
+
+    return undo
+
+
+async def test_prometheus_kubelet_paths_answer_valid_exposition_to_a_nodes_metrics_reader(env: Env) -> None:
+    """kube-prometheus-stack scrapes /metrics, /metrics/cadvisor and /metrics/probes, metrics-server
+    /metrics/resource: each is 200 with text prometheus_client parses, for a user granted nodes/metrics."""
+    tag = uuid.uuid4().hex[:5]
+    reader = f"prom-{tag}"
+    cert, key = env.consumer.issue_client_cert(reader)
+    assert key is not None
+    metrics = Metrics()
+    metrics.reflected_pods.set(3)
+    undo = _bind_node_subresource(env, reader, "metrics")
+    try:
+        async with server_with_registry(env, metrics) as here:
+            bodies: dict[str, str] = {}
+            for path in PROM_PATHS:
+                status, body = await _get(here, path, cert=(cert, key))
+                assert status == 200, (path, body)
+                _families(body)  # parses
+                bodies[path] = body
+    finally:
+        undo()
+    own = _families(bodies["/metrics"])
+    assert [s.value for s in own["vkbridge_reflected_pods"].samples] == [3.0]  # vkbridge's registry
+    (node_name,) = own["kubelet_node_name"].samples
+    assert node_name.labels == {"node": env.node} and node_name.value == 1.0
+    assert own["kubelet_running_pods"].samples[0].value >= 2  # app and stray run (reflected status)
+    resource = _families(bodies["/metrics/resource"])
+    # This pool has no metrics API: no usage, but the start time of each running container, and no error.
+    assert [s.value for s in resource["scrape_error"].samples] == [0.0]
+    assert resource["container_cpu_usage_seconds"].samples == []
+    starts = {(s.labels["namespace"], s.labels["pod"], s.labels["container"]): s.value
+              for s in resource["container_start_time_seconds"].samples}  # fmt: skip
+    started = env.pods[0]["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    expected = dt.datetime.fromisoformat(started).timestamp()
+    assert starts[(env.ns, "app", "main")] == expected
+    for path in ("/metrics/cadvisor", "/metrics/probes"):
+        assert _families(bodies[path]) == {} and bodies[path].startswith("# vkbridge virtual node")
+
+
+async def test_prometheus_kubelet_paths_refuse_a_user_without_nodes_metrics(
+    env: Env, server: KubeletServer
+) -> None:
+    tag = uuid.uuid4().hex[:5]
+    proxier = f"proxy-only-{tag}"
+    cert, key = env.consumer.issue_client_cert(proxier)
+    assert key is not None
+    undo = _bind_node_subresource(env, proxier, "proxy")  # the kubelet maps /metrics* to metrics only
+    try:
+        for path in PROM_PATHS:
+            status, body = await _get(env, path, cert=(cert, key))
+            assert status == 403, (path, body)
+            assert body == (
+                f"Forbidden (user={proxier}, verb=get, resource=nodes, subresource(s)=[metrics])\n"
+            ), path
+        assert (await _get(env, "/pods", cert=(cert, key)))[0] == 200  # the binding itself works
+    finally:
+        undo()
+
+
+async def test_stats_summary_gives_each_running_container_its_start_time(
+    env: Env, server: KubeletServer
+) -> None:
+    admin, key = env.consumer.issue_client_cert("stats-containers-admin", ["system:masters"])
+    assert key is not None
+    status, body = await _get(env, "/stats/summary", cert=(admin, key))
+    assert status == 200, body
+    pods = {(p["podRef"]["namespace"], p["podRef"]["name"]): p for p in json.loads(body)["pods"]}
+    started = env.pods[0]["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    assert pods[(env.ns, "app")]["containers"] == [{"name": "main", "startTime": started}]
+
+
+async def test_runningpods_lists_only_the_pods_that_run_on_the_pool(env: Env, server: KubeletServer) -> None:
+    """A pod held back (here: bound, never sent, so Pending with no container status) is on /pods, not on
+    /runningpods: the kubelet lists what its runtime runs."""
+    held = f"held-{uuid.uuid4().hex[:5]}"
+    _api_ok(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/pods", _pod(held, env.node))
+    admin, key = env.consumer.issue_client_cert("runningpods-held-admin", ["system:masters"])
+    assert key is not None
+    try:
+        for _ in range(100):  # until our pod cache has it
+            if held in (await _get(env, "/pods", cert=(admin, key)))[1]:
+                break
+            await asyncio.sleep(0.1)
+        names: dict[str, set[str]] = {}
+        for path in ("/pods", "/runningpods/", "/runningpods"):
+            status, body = await _get(env, path, cert=(admin, key))
+            assert status == 200, body
+            names[path] = {p["metadata"]["name"] for p in json.loads(body)["items"]}
+        assert held in names["/pods"] and "app" in names["/pods"]
+        assert held not in names["/runningpods/"] and "app" in names["/runningpods/"]
+        assert names["/runningpods"] == names["/runningpods/"]
+    finally:
+        env.consumer.api("DELETE", f"/api/v1/namespaces/{env.ns}/pods/{held}", {"gracePeriodSeconds": 0})
+
+
+POD_METRICS_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    # *.k8s.io groups need this annotation; "unapproved" values are accepted (test only)
+    "metadata": {"name": "pods.metrics.k8s.io",
+                 "annotations": {"api-approved.kubernetes.io": "unapproved, test stand-in for metrics-server"}},
+    "spec": {
+        "group": "metrics.k8s.io",
+        "scope": "Namespaced",
+        "names": {"plural": "pods", "singular": "podmetrics", "kind": "PodMetrics", "listKind": "PodMetricsList"},
+        "versions": [{"name": "v1beta1", "served": True, "storage": True,
+                      "schema": {"openAPIV3Schema": {"type": "object",
+                                                     "x-kubernetes-preserve-unknown-fields": True}}}],
+    },
+}  # fmt: skip
+
+
+@contextlib.contextmanager
+def pool_metrics_api(pool: ControlPlane) -> Iterator[None]:
+    """The pool serves ``metrics.k8s.io/v1beta1`` PodMetrics, from a real API server: the same group,
+    version, paths and object shape as metrics-server's aggregated API, written by the test."""
+    _api_ok(pool, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", POD_METRICS_CRD)
+    try:
+        served = "/apis/metrics.k8s.io/v1beta1"
+        wait_for(lambda: pool.api("GET", served)[0] == 200, 30, "metrics.k8s.io served")
+        yield
+    finally:
+        pool.api("DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pods.metrics.k8s.io")
+        wait_for(lambda: pool.api("GET", "/apis/metrics.k8s.io/v1beta1")[0] == 404, 30, "metrics.k8s.io gone")
+
+
+def _pod_metrics(name: str, at: str, cpu: str, memory: str, rv: str | None = None) -> Json:
+    meta: Json = {"name": name}
+    if rv is not None:
+        meta["resourceVersion"] = rv
+    return {"apiVersion": "metrics.k8s.io/v1beta1", "kind": "PodMetrics", "metadata": meta,
+            "timestamp": at, "window": "30s",
+            "containers": [{"name": "main", "usage": {"cpu": cpu, "memory": memory}}]}  # fmt: skip
+
+
+async def test_resource_metrics_follow_the_pool_pod_metrics_as_a_counter_metrics_server_reads_back(
+    env: Env, server: KubeletServer
+) -> None:
+    """metrics-server scrapes /metrics/resource and takes delta CPU counter over delta sample time: the
+    pool's PodMetrics rates, mapped to the local namespace, integrate so that it reads the pool's rate."""
+    admin, key = env.consumer.issue_client_cert("resource-metrics-admin", ["system:masters"])
+    assert key is not None
+    path = f"/apis/metrics.k8s.io/v1beta1/namespaces/{env.remote_ns}/pods"
+    t1, t2 = "2026-12-01T12:00:00Z", "2026-12-01T12:00:15Z"
+    with pool_metrics_api(env.pool):
+        created = _api_ok(env.pool, "POST", path, _pod_metrics("app", t1, "250m", "64Mi"))
+        status, body = await _get(env, "/metrics/resource", cert=(admin, key))
+        assert status == 200, body
+        first = _families(body)
+        labels = {"container": "main", "namespace": env.ns, "pod": "app"}  # the local names
+        (cpu1,) = [s for s in first["container_cpu_usage_seconds"].samples if s.labels == labels]
+        assert cpu1.value == 7.5  # 0.25 cores over the 30 s window
+        assert cpu1.timestamp == dt.datetime.fromisoformat(t1).timestamp()
+        (mem,) = [s for s in first["container_memory_working_set_bytes"].samples if s.labels == labels]
+        assert mem.value == 64 * 2**20
+        assert [s.value for s in first["scrape_error"].samples] == [0.0]
+        assert first["node_cpu_usage_seconds"].samples[0].value >= 7.5
+        _api_ok(env.pool, "PUT", f"{path}/app",
+                _pod_metrics("app", t2, "500m", "80Mi", created["metadata"]["resourceVersion"]))  # fmt: skip
+        status, body = await _get(env, "/metrics/resource", cert=(admin, key))
+        assert status == 200, body
+        (cpu2,) = [s for s in _families(body)["container_cpu_usage_seconds"].samples if s.labels == labels]
+        assert cpu2.timestamp is not None and cpu1.timestamp is not None
+        assert (cpu2.value - cpu1.value) / (cpu2.timestamp - cpu1.timestamp) == 0.5  # the pool's latest rate
+        status, body = await _get(env, "/stats/summary", cert=(admin, key))
+        assert status == 200, body
+        (app,) = [p for p in json.loads(body)["pods"] if p["podRef"] == {"name": "app", "namespace": env.ns,
+                                                                           "uid": env.pods[0]["metadata"]["uid"]}]  # fmt: skip
+        (main,) = app["containers"]
+        assert main["cpu"] == {"time": t2, "usageNanoCores": 500_000_000,
+                               "usageCoreNanoSeconds": 15_000_000_000}  # fmt: skip
+        assert main["memory"]["workingSetBytes"] == 80 * 2**20
+        started = env.pods[0]["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+        assert main["startTime"] == started

@@ -82,7 +82,7 @@ async def test_pod_refs_follow_the_compact_pod_cache_without_decoding_it() -> No
     task = await start(cache)
     fake.feed.put_nowait(ev("ADDED", pod("a", "two", "11")))
     fake.feed.put_nowait(ev("MODIFIED", pod("a", "one", "12", start_time="2026-12-01T11:30:00Z")))
-    await until(lambda: len(refs.entries()) == 2 and refs.entries()[0]["status"])
+    await until(lambda: len(refs.entries()) == 2 and "startTime" in refs.entries()[0]["status"])
     decoded = 0
     unpack = cache._unpack
 

@@ -32,6 +32,7 @@ from reflectors.configuration import (
 )
 from reflectors.context import ReflectionContext
 from reflectors.forge import constants as c
+from reflectors.forge.references import Reference
 from reflectors.refcount import ObjectRef, RefIndex
 from vkbridge.kube.client import ApiError, Resource
 from vkbridge.kube.reachability import PoolState, Reachability
@@ -515,6 +516,22 @@ async def test_missing_object_blocks_until_it_appears_then_pods_are_requeued() -
         # The optional one, once it exists, is reflected too (the pool pod may use it).
         env.home.put("secrets", secret("maybe"))
         await eventually(lambda: ("Secret", "maybe") in env.remote_names(), "the optional Secret reflected")
+
+
+async def test_references_found_missing_are_remembered_per_pod_for_the_upstream_events() -> None:
+    env = Env()
+    async with env.running() as refl:
+        await refl.ensure_for_pod(NS, pod("web", env_secret="db", optional_secret="maybe"))
+        assert refl.absent_references("team/web") == (
+            Reference("Secret", "db"),
+            Reference("Secret", "maybe", optional=True),
+        )
+        env.home.put("secrets", secret("db"))
+        await eventually(lambda: env.ready == ["team/web"], "the waiting pod to be re-queued")
+        await refl.ensure_for_pod(NS, pod("web", env_secret="db", optional_secret="maybe"))
+        assert refl.absent_references("team/web") == (Reference("Secret", "maybe", optional=True),)
+        refl.release_pod("team/web")
+        assert refl.absent_references("team/web") == ()
 
 
 async def test_object_created_with_the_pod_is_found_despite_a_lagging_cache() -> None:

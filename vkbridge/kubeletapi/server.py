@@ -22,11 +22,12 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final
 
 from aiohttp import web
+from prometheus_client import generate_latest
 
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import PODS, ApiError, KubeClient, is_transport_failure
 from vkbridge.kube.health import HealthChecks
-from vkbridge.kubeletapi import rawhttp
+from vkbridge.kubeletapi import promtext, rawhttp
 from vkbridge.kubeletapi.auth import KubeletAuth
 from vkbridge.kubeletapi.channels import (
     SPDY_PROTOCOLS,
@@ -47,6 +48,7 @@ from vkbridge.kubeletapi.streams import StreamRoute, StreamService, not_reflecte
 from vkbridge.kubeletapi.tls import ServingTLS
 from vkbridge.kubeletapi.wsfront import WsExecFront
 from vkbridge.logs import get_logger
+from vkbridge.metrics import Metrics
 
 __all__ = ["KubeletServer"]
 
@@ -66,6 +68,15 @@ LOG_PARAMS: Final = (
     "stream",
 )
 _NOT_FOUND: Final = "404 page not found\n"
+_NO_CADVISOR: Final = (
+    "vkbridge virtual node: no cAdvisor here. The containers run on the pool's workers, whose cAdvisor\n"
+    "metrics this node's identity may not read; scrape the pool's kubelets for them. Container CPU and\n"
+    "memory of this node's pods are on /metrics/resource when the pool serves metrics.k8s.io."
+)
+_NO_PROBES: Final = (
+    "vkbridge virtual node: no prober here. Probes run on the pool's kubelets; their results reach this\n"
+    "cluster only as the pods' Ready conditions (prober_probe_total is on the pool's /metrics/probes)."
+)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -80,6 +91,7 @@ class KubeletServer:
     ``remote_namespace`` maps a local namespace to its pool namespace (None: not reflected);
     ``local_pods`` is the cache of the pods bound to our node: only those can be reached, as a kubelet
     serves only its own pods.
+    ``metrics`` is vkbridge's registry, served on ``/metrics`` with the kubelet gauges of this node.
     ``authorize=False`` admits every request and exists for tests only.
     """
 
@@ -98,6 +110,7 @@ class KubeletServer:
         authorize: bool = True,
         healthz: HealthChecks | None = None,
         client_ca_configmap: str | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.node_name = node_name
         self._healthz_checks = healthz
@@ -111,7 +124,9 @@ class KubeletServer:
             log.warning("kubelet API authorization is DISABLED: anyone reaching the port can exec")
         self._dialer = PoolDialer(pool)
         self._streams = StreamService(pool, self._dialer, remote_namespace)
-        self._stats = StatsProvider(pool, node_name, remote_namespace, PodRefs(local_pods).entries)
+        self._metrics = metrics
+        self._pod_refs = PodRefs(local_pods)
+        self._stats = StatsProvider(pool, node_name, remote_namespace, self._pod_refs.entries)
         self.tls = ServingTLS(ssl_context_provider, client_ca_pem)
         self._client_ca = None
         if client_ca_configmap is not None:  # "namespace/name": followed, each new CA trusted at once
@@ -241,10 +256,14 @@ class KubeletServer:
         r = app.router
         r.add_get("/healthz", self._healthz)
         r.add_get("/pods", self._pods)
-        r.add_get("/runningpods", self._pods)  # client-go's spelling
-        r.add_get("/runningpods/", self._pods)
+        r.add_get("/runningpods", self._running_pods)  # client-go's spelling
+        r.add_get("/runningpods/", self._running_pods)
         r.add_get("/stats/summary", self._summary)
         r.add_get("/stats/summary/", self._summary)
+        r.add_get("/metrics", self._metrics_own)
+        r.add_get("/metrics/resource", self._metrics_resource)
+        r.add_get("/metrics/cadvisor", self._metrics_cadvisor)
+        r.add_get("/metrics/probes", self._metrics_probes)
         r.add_get("/containerLogs/{ns}/{pod}/{container}", self._container_logs)
         for method in ("GET", "POST"):
             for prefix in ("/exec", "/attach"):
@@ -279,6 +298,13 @@ class KubeletServer:
         )
         return web.Response(body=body, content_type="application/json")
 
+    async def _running_pods(self, request: web.Request) -> web.Response:
+        """What runs on the pool (a kubelet lists its runtime's pods): not the pods held back or finished."""
+        running = (self._local_pods.get_json(key) for key in self._pod_refs.running_keys())
+        blobs = [b for b in running if b is not None]
+        body = b'{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[%s]}' % b",".join(blobs)
+        return web.Response(body=body, content_type="application/json")
+
     def _unknown_pod(self, namespace: str, pod: str, uid: str = "") -> str | None:
         """Why ``namespace/pod`` (with ``uid`` when the path names one) is not ours to reach, else None.
 
@@ -294,6 +320,22 @@ class KubeletServer:
 
     async def _summary(self, request: web.Request) -> web.Response:
         return web.json_response(await self._stats.summary())
+
+    async def _metrics_own(self, request: web.Request) -> web.Response:
+        """vkbridge's registry and the kubelet gauges this node can honestly give (promtext)."""
+        own = generate_latest(self._metrics.registry) if self._metrics is not None else b""
+        gauges = promtext.render(promtext.kubelet_gauges(self.node_name, self._pod_refs.entries()))
+        return _exposition(own + gauges)
+
+    async def _metrics_resource(self, request: web.Request) -> web.Response:
+        collected = await self._stats.collect()
+        return _exposition(promtext.resource_metrics(collected.summary, scrape_error=collected.error))
+
+    async def _metrics_cadvisor(self, request: web.Request) -> web.Response:
+        return _exposition(promtext.comment_only(_NO_CADVISOR))
+
+    async def _metrics_probes(self, request: web.Request) -> web.Response:
+        return _exposition(promtext.comment_only(_NO_PROBES))
 
     async def _port_forward(self, request: web.Request) -> web.Response:
         return web.Response(status=501, text="port-forward is not implemented by this virtual kubelet\n")
@@ -472,6 +514,12 @@ class KubeletServer:
             route, f"spdy->{pool_stream.transport}", protocol, outcome.exit_code, outcome.status is None
         )
         return None
+
+
+def _exposition(body: bytes) -> web.Response:
+    resp = web.Response(body=body)
+    resp.headers["Content-Type"] = promtext.CONTENT_TYPE
+    return resp
 
 
 def _ref(route: StreamRoute) -> str:

@@ -1,30 +1,47 @@
 """``/stats/summary``: a kubelet Summary (stats/v1alpha1) for the pods on our node.
 
 Usage numbers come from the pool's ``metrics.k8s.io/v1beta1`` PodMetrics in each remote namespace,
-as Liqo does; without a metrics API the Summary is still well-formed, just without usage (and the
-pool is asked again only after a minute, not on every scrape).
+as Liqo does. Whether the pool serves that API is asked once (discovery) and remembered; a pool
+without it is asked again with a capped backoff, and said so once in the log. Without usage the
+Summary is still well-formed: pods, containers and their start times (from the reflected status).
+
+PodMetrics CPU is a rate (usage over a window); ``/metrics/resource`` needs the kubelet's cumulative
+``usageCoreNanoSeconds``. ``CpuCounters`` integrates the rate over the PodMetrics timestamps, so the
+rate metrics-server derives from two of our samples is the pool's own latest rate
+(docs/architecture.md, "Resource metrics").
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
 
 from vkbridge.kube.cache import Cache, EventType, object_key
-from vkbridge.kube.client import ApiError, KubeClient
+from vkbridge.kube.client import ApiError, KubeClient, is_transport_failure
 from vkbridge.logs import get_logger
 from vkbridge.quantity import QuantityError, parse_quantity
 
-__all__ = ["PodRefs", "StatsProvider", "build_summary", "summary_ref"]
+__all__ = [
+    "CpuCounters",
+    "PodRefs",
+    "StatsProvider",
+    "build_summary",
+    "go_duration",
+    "is_running",
+    "summary_ref",
+]
 
 log = get_logger("vkbridge.kubeletapi.stats")
 
 METRICS_PREFIX: Final = "/apis/metrics.k8s.io/v1beta1"
-UNAVAILABLE_TTL: Final = 60.0
+UNAVAILABLE_TTL: Final = 60.0  # first re-check of a pool without a metrics API; doubles up to the cap
+UNAVAILABLE_TTL_MAX: Final = 600.0
 FETCH_TIMEOUT: Final = 10.0
 _CONCURRENCY: Final = 8
 _TOLD_MAX: Final = 1024  # bad figures remembered as already logged (then forgotten, and logged again)
@@ -60,12 +77,92 @@ def _ignore(_pod: str, _container: str, _what: str) -> None:
     return None
 
 
-def _cpu_mem(when: str, cpu: int | None, mem: int | None) -> Obj:
+def _cpu_mem(when: str, cpu: int | None, mem: int | None, cumulative: int | None = None) -> Obj:
     out: Obj = {}
     if cpu is not None:
         out["cpu"] = {"time": when, "usageNanoCores": cpu}
+        if cumulative is not None:
+            out["cpu"]["usageCoreNanoSeconds"] = cumulative
     if mem is not None:
         out["memory"] = {"time": when, "usageBytes": mem, "workingSetBytes": mem}
+    return out
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS: Final = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def go_duration(text: str) -> float | None:
+    """Seconds in a Go ``time.Duration`` string ("30s", "1m0.5s", "250ms"); None if it is not one."""
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(text):
+        if m.start() != pos:
+            return None
+        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+        pos = m.end()
+    return total if pos == len(text) and text else None
+
+
+def _epoch(text: str) -> float | None:
+    try:
+        return dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+ContainerKey = tuple[str, str, str]  # (namespace, pod, container), local names
+
+
+@dataclass
+class _Counter:
+    started: str  # the container's start time: a new one (restart) starts a new counter
+    at: float  # epoch seconds of the last PodMetrics sample integrated
+    total: int  # core-nanoseconds
+
+
+class CpuCounters:
+    """Cumulative CPU (core-nanoseconds) per container and for the node, from PodMetrics rates.
+
+    Pure bookkeeping, no I/O. A container's first sample counts its rate over the sample's window
+    (what the pool measured); each later sample with a newer timestamp adds rate x time since the
+    previous one. A sample with the same timestamp adds nothing, so repeated scrapes are stable, and
+    metrics-server's delta over delta-time between two of our samples is the pool's latest rate.
+    The node total only ever grows: a pod that goes away keeps its share in it, as on a kubelet.
+    """
+
+    def __init__(self) -> None:
+        self._counters: dict[ContainerKey, _Counter] = {}
+        self.node_total = 0
+
+    def observe(self, key: ContainerKey, started: str, at: float, window: float, nanocores: int) -> int:
+        c = self._counters.get(key)
+        if c is None or c.started != started:
+            c = self._counters[key] = _Counter(started, at, int(nanocores * window))
+            self.node_total += c.total
+        elif at > c.at:
+            grown = int(nanocores * (at - c.at))
+            c.total += grown
+            c.at = at
+            self.node_total += grown
+        return c.total
+
+    def retain(self, pods: set[tuple[str, str]]) -> None:
+        """Forget the containers of pods no longer on the node (bounded by the pods on the node).
+
+        A pod whose PodMetrics miss one scrape keeps its counters: starting them again would be a
+        counter reset without a restart, which metrics-server reads as a decrease and skips.
+        """
+        for key in [k for k in self._counters if k[:2] not in pods]:
+            del self._counters[key]
+
+
+def _started(pod: Obj) -> dict[str, str]:
+    """Container name -> startedAt of each running container (the reflected status of the remote pod)."""
+    out: dict[str, str] = {}
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        running = (cs.get("state") or {}).get("running") or {}
+        if cs.get("name") and running.get("startedAt"):
+            out[str(cs["name"])] = str(running["startedAt"])
     return out
 
 
@@ -76,49 +173,95 @@ def build_summary(
     metrics: Mapping[tuple[str, str], Obj],
     now: dt.datetime,
     bad_figure: BadFigure = _ignore,
+    counters: CpuCounters | None = None,
 ) -> Obj:
     """Pure: a Summary with one entry per pod; usage only for pods that have PodMetrics.
 
-    A figure that does not parse is left out (the rest of the Summary stands) and told to ``bad_figure``.
+    Containers are the running ones (with ``startTime``) and those with PodMetrics. A figure that
+    does not parse is left out (the rest of the Summary stands) and told to ``bad_figure``. With
+    ``counters``, CPU also carries the cumulative ``usageCoreNanoSeconds`` (``CpuCounters``).
     """
     node: Obj = {"nodeName": node_name, "startTime": _rfc3339(start_time)}
     out_pods: list[Obj] = []
     node_cpu = node_mem = 0
     have_usage = False
+    present: set[tuple[str, str]] = set()
     for pod in pods:
         meta = pod.get("metadata") or {}
         ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        present.add((ns, name))
         entry: Obj = {"podRef": {"name": name, "namespace": ns, "uid": str(meta.get("uid", ""))}}
         started = (pod.get("status") or {}).get("startTime") or meta.get("creationTimestamp")
         if started:
             entry["startTime"] = started
-        entry["containers"] = []
+        container_start = _started(pod)
+        containers: dict[str, Obj] = {c: {"name": c, "startTime": t} for c, t in container_start.items()}
         pm = metrics.get((ns, name))
         if pm is not None:
             when = str(pm.get("timestamp") or _rfc3339(now))
-            pod_cpu = pod_mem = 0
+            at, window = _epoch(when), go_duration(str(pm.get("window") or "")) or 0.0
+            pod_cpu = pod_mem = pod_cum = 0
             for c in pm.get("containers") or []:
                 cname = str(c.get("name", ""))
                 cpu, mem = _usage(c.get("usage") or {}, (f"{ns}/{name}", cname), bad_figure)
-                entry["containers"].append({"name": cname, **_cpu_mem(when, cpu, mem)})
+                cum = None
+                if counters is not None and cpu is not None and at is not None:
+                    cum = counters.observe((ns, name, cname), container_start.get(cname, ""), at, window, cpu)
+                    pod_cum += cum
+                containers.setdefault(cname, {"name": cname}).update(_cpu_mem(when, cpu, mem, cum))
                 pod_cpu += cpu or 0
                 pod_mem += mem or 0
-            entry.update(_cpu_mem(when, pod_cpu, pod_mem))
+            entry.update(_cpu_mem(when, pod_cpu, pod_mem, pod_cum if counters is not None else None))
             node_cpu += pod_cpu
             node_mem += pod_mem
             have_usage = True
+        entry["containers"] = list(containers.values())
         out_pods.append(entry)
+    if counters is not None:
+        counters.retain(present)
     if have_usage:
-        node.update(_cpu_mem(_rfc3339(now), node_cpu, node_mem))
+        node.update(
+            _cpu_mem(_rfc3339(now), node_cpu, node_mem, None if counters is None else counters.node_total)
+        )
     return {"node": node, "pods": out_pods}
 
 
+def is_running(pod: Obj) -> bool:
+    """The pod runs on the pool: its reflected phase is Running, or a container of it runs.
+
+    A pod held back (missing references, no grant) was never sent and stays Pending here.
+    """
+    status = pod.get("status") or {}
+    if status.get("phase") == "Running":
+        return True
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return False
+    return any("running" in (cs.get("state") or {}) for cs in status.get("containerStatuses") or [])
+
+
 def summary_ref(pod: Obj) -> Obj:
-    """The little of a pod that a Summary reads (``build_summary`` takes these as pods)."""
+    """The little of a pod that a Summary and the kubelet gauges read (``build_summary`` takes these)."""
     meta = pod.get("metadata") or {}
     kept = {k: meta[k] for k in ("namespace", "name", "uid", "creationTimestamp") if k in meta}
-    start = (pod.get("status") or {}).get("startTime")
-    return {"metadata": kept, "status": {"startTime": start} if start else {}}
+    status = pod.get("status") or {}
+    out: Obj = {}
+    if start := status.get("startTime"):
+        out["startTime"] = start
+    if phase := status.get("phase"):
+        out["phase"] = phase
+    statuses = []
+    for cs in status.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        running = state.get("running")
+        if running is not None:
+            statuses.append(
+                {"name": cs.get("name"), "state": {"running": {"startedAt": running.get("startedAt")}}}
+            )
+        else:
+            statuses.append({"name": cs.get("name"), "state": {k: {} for k in state}})
+    if statuses:
+        out["containerStatuses"] = statuses
+    return {"metadata": kept, "status": out}
 
 
 class PodRefs:
@@ -144,11 +287,25 @@ class PodRefs:
     def entries(self) -> list[Obj]:
         return [*self._refs.values()]
 
+    def running_keys(self) -> list[str]:
+        """Keys of the pods that run on the pool (``is_running``): what a kubelet's runtime would list."""
+        return [key for key, ref in self._refs.items() if is_running(ref)]
+
     def close(self) -> None:
         self._unsubscribe()
 
 
+@dataclass(frozen=True)
+class Collected:
+    """One Summary and whether reading the pool's usage failed (``scrape_error`` of /metrics/resource)."""
+
+    summary: Obj
+    error: bool
+
+
 class StatsProvider:
+    """The Summary of our node's pods, usage from the pool's metrics API when it serves one."""
+
     def __init__(
         self,
         pool: KubeClient,
@@ -164,14 +321,32 @@ class StatsProvider:
         self._local_pods = local_pods
         self._clock = clock
         self._start = dt.datetime.now(dt.UTC)
-        self._unavailable_until = 0.0
+        self._api: bool | None = None  # does the pool serve metrics.k8s.io? None: not asked yet
+        self._recheck_at = 0.0
+        self._backoff = UNAVAILABLE_TTL
         self._told: set[tuple[str, str, str]] = set()
+        self.counters = CpuCounters()
+        self._lock = asyncio.Lock()  # scrapes in turn: the counters integrate one sample at a time
 
     async def summary(self) -> Obj:
-        pods = self._local_pods()
-        metrics = await self._pod_metrics({str((p.get("metadata") or {}).get("namespace", "")) for p in pods})
-        now = dt.datetime.now(dt.UTC)
-        return build_summary(self._node_name, self._start, pods, metrics, now, self._bad_figure)
+        return (await self.collect()).summary
+
+    async def collect(self) -> Collected:
+        async with self._lock:
+            pods = self._local_pods()
+            namespaces = {str((p.get("metadata") or {}).get("namespace", "")) for p in pods}
+            try:
+                metrics, error = await self._pod_metrics(namespaces)
+            except ApiError as exc:  # a pool that answers badly or not at all: what is known, and say so
+                log.warning(
+                    "cannot read pod metrics from the pool; stats without usage", error=str(exc)[:300]
+                )
+                metrics, error = {}, True
+            now = dt.datetime.now(dt.UTC)
+            summary = build_summary(
+                self._node_name, self._start, pods, metrics, now, self._bad_figure, self.counters
+            )
+            return Collected(summary, error)
 
     def _bad_figure(self, pod: str, container: str, what: str) -> None:
         """Logged once per pod, container and resource: a scrape every 15 s must not flood the log."""
@@ -184,9 +359,40 @@ class StatsProvider:
         log.warning("pool metrics: unusable figure left out of the stats summary",
                     pod=pod, container=container, error=what[:200])  # fmt: skip
 
-    async def _pod_metrics(self, namespaces: set[str]) -> dict[tuple[str, str], Obj]:
-        if self._clock() < self._unavailable_until:
-            return {}
+    def _unavailable(self, why: str) -> None:
+        """Remember that the pool has no (usable) metrics API; log it once, not on every re-check."""
+        if self._api is not False:
+            log.info(
+                "pool serves no usable metrics.k8s.io API: /stats/summary and /metrics/resource carry "
+                "pods and start times only, no usage; re-checked with backoff",
+                reason=why,
+            )
+            self._backoff = UNAVAILABLE_TTL
+        else:
+            self._backoff = min(self._backoff * 2, UNAVAILABLE_TTL_MAX)
+        self._api = False
+        self._recheck_at = self._clock() + self._backoff
+
+    async def _api_available(self) -> bool:
+        """Discovery, once; a "no" is remembered until the next re-check (backoff, capped)."""
+        if self._api is True or (self._api is False and self._clock() < self._recheck_at):
+            return self._api
+        try:
+            await self._pool.request("GET", METRICS_PREFIX, timeout=FETCH_TIMEOUT)
+        except ApiError as exc:
+            if exc.status in (403, 404, 503):
+                self._unavailable(f"discovery of {METRICS_PREFIX}: HTTP {exc.status}")
+                return False
+            raise
+        if self._api is False:
+            log.info("pool metrics.k8s.io API now available: stats carry usage")
+        self._api = True
+        return True
+
+    async def _pod_metrics(self, namespaces: set[str]) -> tuple[dict[tuple[str, str], Obj], bool]:
+        """PodMetrics by local (namespace, pod), and whether some could not be read (not "no API")."""
+        if not await self._api_available():
+            return {}, False
         pairs = [(ns, r) for ns in sorted(namespaces) if (r := self._remote_namespace(ns)) is not None]
         sem = asyncio.Semaphore(_CONCURRENCY)
 
@@ -200,15 +406,20 @@ class StatsProvider:
 
         results = await asyncio.gather(*(one(ns, r) for ns, r in pairs), return_exceptions=True)
         out: dict[tuple[str, str], Obj] = {}
+        failed: ApiError | None = None
         for res in results:
             if isinstance(res, ApiError):
-                if res.status in (403, 404, 503):  # no (usable) metrics API on the pool
-                    self._unavailable_until = self._clock() + UNAVAILABLE_TTL
-                    log.info("pool metrics API unavailable; stats without usage", status=res.status)
-                    return {}
-                log.warning("cannot read pod metrics from the pool", error=str(res))
+                if res.status in (403, 404, 503):  # the API went away, or may not be read after all
+                    self._unavailable(f"pod metrics: HTTP {res.status}")
+                    return {}, False
+                failed = res
             elif isinstance(res, BaseException):
+                if is_transport_failure(res):
+                    failed = ApiError(0, "TransportError", f"{type(res).__name__}: {res}")
+                    continue
                 raise res
             else:
                 out.update(res)
-        return out
+        if failed is not None:
+            log.warning("cannot read pod metrics from the pool; stats without usage", error=str(failed)[:300])
+        return out, failed is not None
