@@ -1,10 +1,14 @@
-# syntax=docker/dockerfile:1
 # vkbridge: the virtual kubelet behind Multicloud Extend (a drop-in for Liqo v1.2's virtual-kubelet image).
 #
 #   docker build -t vkbridge:dev --build-arg VERSION=0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" .
 #
+# or `bash hack/image.sh`, which also works where no registry can be reached (a Debian base made from
+# Debian's packages, passed as PYTHON_IMAGE). Any base with python3 (>= 3.11) and its venv module will do.
+# No `# syntax=` line: it would pull a frontend image; the builder's own Dockerfile frontend suffices.
+#
 # Two stages: the builder turns the project and every dependency into wheels; the final image installs
-# them offline (--no-index), so it never needs a compiler. It runs as UID 65532 and writes nothing
+# them offline (--no-index) into a virtual environment, /opt/vkbridge, so it never needs a compiler and
+# never touches a distribution's own Python packages (PEP 668). It runs as UID 65532 and writes nothing
 # outside /tmp (HOME and TMPDIR point there; keys live in memfds), so a read-only root file system
 # with an emptyDir on /tmp works.
 
@@ -15,13 +19,17 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
+# Dependencies come as binary wheels (manylinux); only vkbridge itself (pure Python) is built here.
+# First from pyproject.toml alone (a package-less vkbridge wheel plus every dependency), so a change to
+# the source reuses this layer; then the real vkbridge wheel replaces the empty one.
 COPY pyproject.toml README.md ./
+RUN python3 -m pip wheel --wheel-dir /wheels --prefer-binary .
 COPY vkbridge/ vkbridge/
 COPY reflectors/ reflectors/
-# Dependencies come as binary wheels (manylinux); only vkbridge itself (pure Python) is built here.
-RUN pip wheel --wheel-dir /wheels --prefer-binary .
+RUN python3 -m pip wheel --wheel-dir /wheels --no-deps . && rm -rf build
 
 FROM ${PYTHON_IMAGE}
+ARG PYTHON_IMAGE
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=unknown
@@ -38,18 +46,23 @@ LABEL org.opencontainers.image.title="vkbridge" \
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    PATH=/opt/vkbridge/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/tmp \
     TMPDIR=/tmp
 
-# Install offline from the builder's wheels (bind-mounted: they never land in a layer), then drop the
-# packaging tools the process never uses. /usr/bin/virtual-kubelet: Liqo's controller-manager sets
-# `command: ["/usr/bin/virtual-kubelet"]` on the Deployment it generates, overriding ENTRYPOINT.
+# Install offline from the builder's wheels (bind-mounted: they never land in a layer) into a venv, then
+# drop the venv's packaging tools, which the process never uses. /usr/bin/virtual-kubelet: Liqo's
+# controller-manager sets `command: ["/usr/bin/virtual-kubelet"]` on the Deployment it generates,
+# overriding ENTRYPOINT.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links=/wheels --root-user-action=ignore /wheels/vkbridge-*.whl \
-    && python -m pip uninstall --yes --root-user-action=ignore pip setuptools wheel \
-    && ln -s /usr/local/bin/vkbridge /usr/bin/virtual-kubelet \
+    python3 -m venv /opt/vkbridge \
+    && /opt/vkbridge/bin/pip install --no-cache-dir --no-index --find-links=/wheels /wheels/vkbridge-*.whl \
+    && /opt/vkbridge/bin/pip uninstall --yes pip setuptools \
+    && ln -s /opt/vkbridge/bin/vkbridge /usr/bin/virtual-kubelet \
     && groupadd --gid 65532 nonroot \
     && useradd --uid 65532 --gid 65532 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin nonroot
+# The commit, for vkbridge_build_info (after the install, so a new commit reuses its layer).
+ENV VKBRIDGE_REVISION=${REVISION}
 
 # 10250: kubelet API (--listen-port); 5872: /metrics, /healthz, /readyz (--metrics-address, Liqo Helm's port).
 EXPOSE 10250 5872

@@ -27,7 +27,7 @@ if [ -n "$missing" ]; then
 fi
 
 py=${PYTHON:-python3}
-if ! "$py" -c 'import vkbridge, pytest, aiohttp, kubernetes_asyncio, hypothesis, importlinter' >/dev/null 2>&1 \
+if ! "$py" -c 'import vkbridge, pytest, aiohttp, hypothesis, importlinter' >/dev/null 2>&1 \
    || [ pyproject.toml -nt .setup-stamp ] 2>/dev/null; then
   echo "== pip install -e .[dev]"
   "$py" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[dev]'

@@ -498,7 +498,7 @@ def build_parser(command: str = "run") -> argparse.ArgumentParser:
             "Flags use Go syntax: --flag=value or --flag value, booleans --flag or --flag=false, "
             "durations like 40s or 1m30s."
             if command == "run"
-            else "Check the environment with the same flags as `run` (placeholder)."
+            else "Check the environment with the same flags as `run` (GUIDE §7.1); exit 1 if one fails."
         ),
         epilog=(
             "Environment: KUBECONFIG, POD_IP (default of --node-ip), POD_NAME, POD_NAMESPACE, "

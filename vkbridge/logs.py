@@ -1,7 +1,8 @@
 """Logging for people who read `kubectl logs deploy/vk-<slug>`.
 
 One line per event, `key=value` context after the message so a pod's journey can be followed with
-`grep pod=<ns>/<name>`. `--log-format=json` gives one JSON object per line for log pipelines.
+`grep pod=<ns>/<name>`. `--log-format=json` (or `--logging-format=json`, Kubernetes' name) gives one JSON
+object per line for log pipelines.
 Verbosity follows klog: 0-3 is info, 4 and above adds per-item debug lines.
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 _RESERVED = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime", "kv"}
+_JSON_KEYS = frozenset({"time", "level", "severity", "logger", "msg", "message", "error"})
 
 
 def _format_value(value: object) -> str:
@@ -41,19 +43,29 @@ class TextFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, msg, then the key=value context as fields."""
+    """One JSON object per line: time, level, logger, msg, then the key=value context as fields.
+
+    `severity` (INFO, WARNING, ...) and `message` repeat level and msg under the names log agents map
+    without configuration (GKE's Cloud Logging among them); `level` and `msg` stay for existing queries.
+    A context key that collides with one of these is kept as `kv.<key>`.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
         out: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
+            "severity": record.levelname,
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": message,
+            "message": message,
         }
         kv: Mapping[str, object] = getattr(record, "kv", {}) or {}
         for k, v in kv.items():
-            out[k] = v if isinstance(v, int | float | bool) or v is None else str(v)
+            out[f"kv.{k}" if k in _JSON_KEYS else k] = (
+                v if isinstance(v, int | float | bool) or v is None else str(v)
+            )
         if record.exc_info:
             out["error"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False)

@@ -262,7 +262,7 @@ def test_vkoptionstemplate_makes_liqo_write_the_deployment_args() -> None:
     assert template["spec"]["containerImage"] == ctr["image"]
     # Liqo sets `command: ["/usr/bin/virtual-kubelet"]`, overriding ENTRYPOINT: the image must answer to it.
     assert ctr["command"] == ["/usr/bin/virtual-kubelet"]
-    assert "ln -s /usr/local/bin/vkbridge /usr/bin/virtual-kubelet" in (REPO / "Dockerfile").read_text()
+    assert "ln -s /opt/vkbridge/bin/vkbridge /usr/bin/virtual-kubelet" in (REPO / "Dockerfile").read_text()
     env = _container_env(ctr, slug)
     parse_args([_expand(a, env) for a in _liqo_args(template, slug)], env=env)
 

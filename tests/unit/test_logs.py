@@ -45,3 +45,22 @@ def test_debug_lines_only_from_verbosity_4() -> None:
     out, _ = capture("text", verbosity=4)
     get_logger("reflectors.pods").debug("details")
     assert "DEBUG" in out.getvalue()
+
+
+def test_json_lines_carry_severity_and_message_for_log_agents() -> None:
+    out, _ = capture("json")
+    log = get_logger("vkbridge.pool")
+    log.warning("pool unreachable", after="3s")
+    log.info("node Ready")
+    first, second = (json.loads(line) for line in out.getvalue().splitlines())
+    assert first["severity"] == "WARNING" and first["message"] == "pool unreachable"
+    assert first["level"] == "warning" and first["msg"] == "pool unreachable" and first["after"] == "3s"
+    assert second["severity"] == "INFO" and second["message"] == "node Ready"
+
+
+def test_json_context_never_overwrites_the_fixed_keys() -> None:
+    out, _ = capture("json")
+    get_logger("vkbridge.pool").error("renewal failed", severity="low", message="raw")
+    record = json.loads(out.getvalue())
+    assert record["severity"] == "ERROR" and record["message"] == "renewal failed"
+    assert record["kv.severity"] == "low" and record["kv.message"] == "raw"
