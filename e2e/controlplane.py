@@ -178,9 +178,10 @@ class ControlPlane:
         first_service_ip = str(next(ipaddress.ip_network(self.service_cidr).hosts()))
         serving_dns = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
         serving_dns.append("kubernetes.default.svc.cluster.local")
+        self._serving_ips, self._serving_dns = [self.ip, first_service_ip], serving_dns
         self._write_pair(
             "apiserver",
-            ca.issue("kube-apiserver", server=True, ips=[self.ip, first_service_ip], dns=serving_dns),
+            ca.issue("kube-apiserver", server=True, ips=self._serving_ips, dns=serving_dns),
         )
         self._write_pair(
             "apiserver-kubelet-client",
@@ -388,6 +389,40 @@ class ControlPlane:
             proc.reap(time.monotonic() + STOP_GRACE_S)
             self._start_component("kube-apiserver", proc.argv)
             self._await("kube-apiserver", time.monotonic() + timeout, self._apiserver_ready)
+
+    def add_serving_ip(self, ip: str, timeout: float = 20) -> None:
+        """Opt-in: the apiserver's serving certificate also names ip (a testbed address that a forwarder
+        such as e2e/tunnel.py listens on, for pods that cannot reach loopback). kube-apiserver reloads
+        its certificate files when they change; if it has not within timeout, it is restarted."""
+        with self._lock:
+            if ip in self._serving_ips:
+                return
+            self._serving_ips.append(ip)
+            ips, dns = self._serving_ips, self._serving_dns
+            issued = self.ca.issue("kube-apiserver", server=True, ips=ips, dns=dns)
+            assert issued.key_pem is not None
+            for suffix, data, mode in ((".key", issued.key_pem, 0o600), (".crt", issued.cert_pem, 0o644)):
+                tmp = write_pem(self._pki / f"apiserver{suffix}.new", data, mode)
+                os.replace(tmp, self._pki / f"apiserver{suffix}")
+        deadline = time.monotonic() + timeout
+        while not self._serves_for(ip):
+            if time.monotonic() > deadline:
+                log.warning("%s: serving certificate not reloaded in %.0fs; restarting kube-apiserver",
+                            self.name, timeout)  # fmt: skip
+                self.restart_apiserver()
+                return
+            time.sleep(0.25)
+
+    def _serves_for(self, ip: str) -> bool:
+        """Whether the apiserver's current serving certificate verifies for ip."""
+        try:
+            with (
+                socket.create_connection((self.ip, self.port), timeout=5) as sock,
+                self._ssl_anon.wrap_socket(sock, server_hostname=ip),
+            ):
+                return True
+        except (OSError, ssl.SSLError):
+            return False
 
     def compact_etcd(self) -> int:
         """Compact etcd at its current revision (physically); returns that revision.

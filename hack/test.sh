@@ -42,6 +42,10 @@ else
   run_pytest
   step "pytest: resilience scenarios"
   run_pytest tests/resilience -m resilience
+  # Builds the image (hack/image.sh: own dockerd, debootstrap base) and runs it as the pod of deploy/ on
+  # a real consumer kubelet; it owns the node's Lease, so it cannot share a session with the others.
+  step "pytest: vkbridge from its image as the pod of deploy/"
+  run_pytest tests/integration/test_image_as_pod.py -m shipping
 fi
 
 step "leftovers (processes, network namespaces, mounts the run made)"
