@@ -2,8 +2,12 @@
 
     python -m e2e.demo            # everything, then waits; Ctrl-C stops it all
     python -m e2e.demo --no-vkbridge   # planes + pool emulator only (to run vkbridge yourself)
+    python -m e2e.demo --fake-workers  # fake pool workers even where real ones could run
 
-Everything runs on 127.0.0.1 in a temporary directory that is removed on exit.
+The pool runs real kubelet workers (e2e/workers: containerd, runc, busybox) where the machine allows it
+(root, the tools hack/setup.sh installs, the kubelet binary), else the fake workers, saying why.
+Everything runs on 127.0.0.1 (real workers: testbed addresses in 198.18.0.0/15) in temporary
+directories that are removed on exit.
 """
 
 from __future__ import annotations
@@ -22,11 +26,14 @@ from e2e.emulator import launch_emulator
 from e2e.fakekubelet import launch_fake_kubelets
 from e2e.fixtures_pool import CONSUMER_ID, POOL_NODES, SLUG, offload_namespace
 from e2e.identity import service_account_kubeconfig
+from e2e.liqo_vk import IMPLS, LiqoVkProcess, ensure_foreign_cluster, impl_from_env
 from e2e.planes import start_planes
 from e2e.tunnel import TunnelProxy
 from e2e.vkbridge_proc import VkbridgeOptions, VkbridgeProcess
+from e2e.workers import RealWorkers, why_not
 
 NAMESPACE = "my-team"
+REAL_POOL_NODES = ["pool-worker-0"]
 
 
 def burst_hello(slug: str) -> dict[str, object]:
@@ -73,6 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--exit", action="store_true", help="stop everything after burst-hello (for CI smoke runs)"
     )
+    ap.add_argument(
+        "--fake-workers", action="store_true", help="fake pool workers even where real ones could run"
+    )
+    ap.add_argument(
+        "--impl", choices=IMPLS, default=impl_from_env(),
+        help="the virtual kubelet to run: vkbridge, or Liqo v1.2's own (hack/build-liqo-vk.sh)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     stop = threading.Event()
@@ -85,13 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         consumer, pool = planes.consumer, planes.pool
         handles: list[object] = []
         try:
-            say(f"planes up in {planes.startup_seconds:.1f}s; starting 2 fake pool workers and the tunnel")
-            cert, key = pool.ca.issue(
-                "system:node:pool-workers", ["system:nodes"], server=True, ips=["127.0.0.1"]
-            )
-            assert key is not None
-            workers = launch_fake_kubelets(pool.admin_kubeconfig, POOL_NODES, cert, key, work / "fakekubelet")
-            handles.append(workers)
+            say(f"planes up in {planes.startup_seconds:.1f}s")
+            handles.append(start_workers(pool, work, fake=args.fake_workers))
+            say("starting the tunnel (vkbridge reaches the pool only through it)")
             tunnel = TunnelProxy("127.0.0.1", pool.port)
             tunnel.start()
             handles.append(tunnel)
@@ -115,9 +125,14 @@ def main(argv: list[str] | None = None) -> int:
                     consumer_id=CONSUMER_ID, secret_name=bundle.secret_name, tenant_ns=bundle.tenant_ns,
                     certificate_type="kubelet",
                 )  # fmt: skip
-                vk = VkbridgeProcess(opts, work / "vkbridge.log").start()
+                if args.impl == "liqo":  # admin identity, self-signed serving cert (see start_impl)
+                    ensure_foreign_cluster(consumer, bundle.slug, bundle.tenant_ns)
+                    opts.home_kubeconfig, opts.certificate_type = consumer.admin_kubeconfig, "self-signed"
+                    vk = LiqoVkProcess(opts, work / "liqo-vk.log").start()
+                else:
+                    vk = VkbridgeProcess(opts, work / "vkbridge.log").start()
                 handles.append(vk)
-                say("vkbridge started; waiting for the virtual node to be Ready")
+                say(f"{args.impl} started; waiting for the virtual node to be Ready")
                 wait(lambda: _ready(consumer, SLUG), 90, "the virtual node")
                 say(f"virtual node {SLUG} is Ready; offloading namespace {NAMESPACE}")
                 consumer.api("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
@@ -140,10 +155,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     logs.stdout if logs.returncode == 0 else f"(kubectl logs failed: {logs.stderr.strip()})"
                 )
+                exec_and_cp(consumer, work)
             print()
             print("Explore (in another shell):")
             print(f"  export KUBECONFIG={consumer.admin_kubeconfig}   # the consumer (your cluster)")
             print(f"  kubectl get nodes -L multicloud.io/pool; kubectl -n {NAMESPACE} get pods -o wide")
+            print(f"  kubectl -n {NAMESPACE} logs -f burst-hello   # follows until it ends (30 s)")
             print(f"  KUBECONFIG={pool.admin_kubeconfig} kubectl get shadowpods,pods -A   # the pool")
             if vk is not None:
                 print(f"  tail -f {vk.log_path}   # the vkbridge log")
@@ -162,6 +179,42 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as exc:
                     print(f"stop {h}: {exc}", file=sys.stderr)
             planes.stop()
+
+
+def start_workers(pool, work: Path, *, fake: bool) -> object:  # type: ignore[no-untyped-def]
+    """Real kubelet workers where the machine allows it, else (one line saying why) the fake ones."""
+    reason = "--fake-workers" if fake else why_not()
+    if reason is None:
+        say(f"starting {len(REAL_POOL_NODES)} real pool worker (kubelet v1.36.3, containerd, runc, busybox)")
+        t0 = time.monotonic()
+        try:
+            real = RealWorkers(pool, REAL_POOL_NODES).start()
+        except Exception as exc:  # the machine said yes but it did not work: still show the demo
+            reason = f"they did not start: {str(exc).splitlines()[0]}"
+        else:
+            say(f"real worker {real.node_names[0]} Ready in {time.monotonic() - t0:.1f}s")
+            return real
+    say(f"real workers unavailable ({reason}); using {len(POOL_NODES)} fake pool workers instead")
+    cert, key = pool.ca.issue("system:node:pool-workers", ["system:nodes"], server=True, ips=["127.0.0.1"])
+    assert key is not None
+    return launch_fake_kubelets(pool.admin_kubeconfig, POOL_NODES, cert, key, work / "fakekubelet")
+
+
+def exec_and_cp(consumer, work: Path) -> None:  # type: ignore[no-untyped-def]
+    """The user guide's next steps on the running pod: kubectl exec, then kubectl cp in and out."""
+    res = consumer.kubectl("-n", NAMESPACE, "exec", "burst-hello", "--", "sh", "-c",
+                           "echo exec in $(uname -n)", check=False)  # fmt: skip
+    say("kubectl -n my-team exec burst-hello -- sh -c 'echo exec in $(uname -n)':")
+    print(res.stdout if res.returncode == 0 else f"(kubectl exec failed: {res.stderr.strip()})")
+    src, back = work / "note.txt", work / "note-back.txt"
+    src.write_text("copied through the pool\n")
+    up = consumer.kubectl("-n", NAMESPACE, "cp", str(src), "burst-hello:note.txt", check=False)
+    down = consumer.kubectl("-n", NAMESPACE, "cp", "burst-hello:note.txt", str(back), check=False)
+    say("kubectl -n my-team cp note.txt burst-hello:note.txt, and back:")
+    if up.returncode == 0 and down.returncode == 0 and back.is_file():
+        print(back.read_text())
+    else:
+        print(f"(kubectl cp failed: {(up.stderr or down.stderr).strip()})")
 
 
 def _ready(consumer, name: str) -> bool:  # type: ignore[no-untyped-def]

@@ -5,6 +5,11 @@
 never lands on it; ``steer_pool_pods_to(pool, node)`` sends the pool's new pods there for a while
 (offloaded pods carry no toleration for it: Liqo drops tolerations). On a machine that cannot run real
 workers the fixture skips with the reason from ``why_not()``.
+
+``real_consumer_worker`` is the same on the CONSUMER plane (one more RealWorkers, same taint): where
+vkbridge is to run as a pod from its image, pass the image archive as ``RealWorkers(extra_images=...)``
+and give the pod ``hostNetwork: true`` (the planes and the tunnel listen on 127.0.0.1; the testbed
+has no kube-proxy, so the in-cluster Service address does not route: use a kubeconfig instead).
 """
 
 from __future__ import annotations
@@ -19,25 +24,43 @@ from e2e.controlplane import ControlPlane
 from e2e.workers import RealWorkers, why_not
 
 REAL_POOL_NODE = "pool-real-0"
+REAL_CONSUMER_NODE = "consumer-real-0"
 REAL_WORKER_TAINT = {"key": "vkbridge.e2e/real-worker", "value": "true", "effect": "NoSchedule"}
 REAL_WORKER_LABEL = "vkbridge.e2e/real-worker"
 REAL_WORKER_TOLERATION = {"key": REAL_WORKER_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
 _MERGE = "application/merge-patch+json"
 
 
-@pytest.fixture(scope="session")
-def real_pool_workers(pool: ControlPlane) -> Iterator[RealWorkers]:
-    """One real kubelet worker on the pool (containerd, CNI, locally made busybox and pause images)."""
+def real_workers_on(plane: ControlPlane, node: str) -> Iterator[RealWorkers]:
+    """One tainted real worker on plane for a session fixture; skips with why_not()'s reason."""
     reason = why_not()
     if reason:
         pytest.skip(reason)
     workers = RealWorkers(
-        pool, [REAL_POOL_NODE], taints=[REAL_WORKER_TAINT], labels={REAL_WORKER_LABEL: "true"}
+        plane, [node], taints=[REAL_WORKER_TAINT], labels={REAL_WORKER_LABEL: "true"}
     ).start()
     yield workers
     problems = workers.stop()
     if problems:
         pytest.fail(f"real workers left things behind: {problems}")
+
+
+@pytest.fixture(scope="session")
+def real_pool_workers(pool: ControlPlane) -> Iterator[RealWorkers]:
+    """One real kubelet worker on the pool (containerd, CNI, locally made busybox and pause images)."""
+    yield from real_workers_on(pool, REAL_POOL_NODE)
+
+
+@pytest.fixture(scope="session")
+def real_consumer_workers(consumer: ControlPlane) -> Iterator[RealWorkers]:
+    """One real kubelet worker on the consumer (see the module docstring); opt-in like the pool's."""
+    yield from real_workers_on(consumer, REAL_CONSUMER_NODE)
+
+
+@pytest.fixture(scope="session")
+def real_consumer_worker(real_consumer_workers: RealWorkers) -> str:
+    """The real consumer worker's node name."""
+    return real_consumer_workers.nodes[0].name
 
 
 @pytest.fixture(scope="session")

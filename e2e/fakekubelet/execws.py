@@ -1,7 +1,8 @@
 """Exec over the WebSocket channel protocols (technotes 1.6), running the command as a local process.
 
 Channels: 0 stdin, 1 stdout, 2 stderr, 3 error/status, 4 resize; v5 adds ``[255, ch]`` = close ``ch``.
-base64 variants carry an ASCII channel digit and base64 text. SPDY is not spoken here.
+base64 variants carry an ASCII channel digit and base64 text. ``ExecSession`` talks to ``Channels``:
+``WsChannels`` here, ``execspdy.SpdyChannels`` for SPDY/3.1 (streams named by type, not numbered).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import pty
 import signal
 import struct
 import termios
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import WSMsgType, web
 
@@ -122,24 +123,23 @@ def _winsize(fd: int, payload: bytes) -> None:
         )
 
 
-class ExecSession:
-    """One exec: process <-> WebSocket until the process ends (or the client leaves, which kills it)."""
+class Channels(Protocol):
+    """The client side of one exec, whatever the wire: numbered channels in, numbered channels out."""
 
-    def __init__(
-        self,
-        ws: web.WebSocketResponse,
-        proto: str,
-        req: ExecRequest,
-        env: Mapping[str, str],
-        cwd: Path,
-        tracker: GroupTracker,
-    ) -> None:
-        self.ws = ws
-        self.proto = proto
-        self.req = req
-        self.env = dict(env)
-        self.cwd = cwd
-        self.tracker = tracker
+    async def send(self, channel: int, data: bytes) -> None: ...
+
+    def incoming(self) -> AsyncIterator[tuple[int, bytes]]:
+        """(channel, data) until the client leaves; stdin's end is ``(CLOSE, bytes([STDIN]))``."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class WsChannels:
+    """Channels over a prepared WebSocket in one of PROTOCOLS."""
+
+    def __init__(self, ws: web.WebSocketResponse, proto: str) -> None:
+        self.ws, self.proto = ws, proto
         self._send_lock = asyncio.Lock()
 
     async def send(self, channel: int, data: bytes) -> None:
@@ -151,6 +151,40 @@ class ExecSession:
                 await self.ws.send_str(msg)
             else:
                 await self.ws.send_bytes(msg)
+
+    async def incoming(self) -> AsyncIterator[tuple[int, bytes]]:
+        async for msg in self.ws:
+            if msg.type not in (WSMsgType.BINARY, WSMsgType.TEXT):
+                continue
+            channel, data = decode(self.proto, msg.data)
+            if channel != CLOSE or self.proto == V5:
+                yield channel, data
+
+    async def close(self) -> None:
+        await self.ws.close()
+
+
+class ExecSession:
+    """One exec: process <-> client until the process ends (or the client leaves, which kills it)."""
+
+    def __init__(
+        self,
+        chan: Channels,
+        proto: str,
+        req: ExecRequest,
+        env: Mapping[str, str],
+        cwd: Path,
+        tracker: GroupTracker,
+    ) -> None:
+        self.chan = chan
+        self.proto = proto
+        self.req = req
+        self.env = dict(env)
+        self.cwd = cwd
+        self.tracker = tracker
+
+    async def send(self, channel: int, data: bytes) -> None:
+        await self.chan.send(channel, data)
 
     async def run(self) -> None:
         first = STDOUT if self.req.stdout else STDERR if self.req.stderr else ERROR
@@ -169,7 +203,7 @@ class ExecSession:
         payload = status_payload(self.proto, code, error, self.req.argv)
         if payload is not None:
             await self.send(ERROR, payload)
-        await self.ws.close()
+        await self.chan.close()
 
     async def _run_pipes(self) -> int:
         pipe = asyncio.subprocess.PIPE
@@ -279,15 +313,12 @@ class ExecSession:
         close_stdin: Callable[[], None],
         pty_fd: int | None,
     ) -> None:
-        async for msg in self.ws:
-            if msg.type not in (WSMsgType.BINARY, WSMsgType.TEXT):
-                continue
-            channel, data = decode(self.proto, msg.data)
+        async for channel, data in self.chan.incoming():
             if channel == STDIN and data:
                 await write_stdin(data)
             elif channel == RESIZE and pty_fd is not None:
                 _winsize(pty_fd, data)
-            elif channel == CLOSE and self.proto == V5 and data[:1] == bytes([STDIN]):
+            elif channel == CLOSE and data[:1] == bytes([STDIN]):
                 close_stdin()
         raise _ClientGone()
 
@@ -316,15 +347,3 @@ class ExecSession:
 
 class _ClientGone(Exception):
     pass
-
-
-def spdy_refusal(request: web.Request) -> web.Response | None:
-    """aiohttp cannot switch to SPDY/3.1 (technotes 1.7); say so loudly instead of hanging."""
-    if "spdy" in request.headers.get("Upgrade", "").lower():
-        log.warning(
-            "SPDY/3.1 upgrade for %s from the API server: this fake kubelet only speaks WebSocket "
-            "(is ExtendWebSocketsToKubelet in node.status.declaredFeatures?)",
-            request.path,
-        )
-        return web.Response(status=400, text="fake kubelet: SPDY/3.1 is not supported, use WebSocket\n")
-    return None

@@ -1,4 +1,4 @@
-"""The kubelet HTTPS API of one fake node: /healthz, /pods, /containerLogs and WebSocket /exec.
+"""The kubelet HTTPS API of one fake node: /healthz, /pods, /containerLogs and /exec (WebSocket or SPDY/3.1).
 
 The TLS server requests but does not require a client certificate (technotes section 2); the fake does no
 authorization, since only the test's API server can reach 127.0.0.1.
@@ -6,12 +6,15 @@ authorization, since only the test's API server can reach 127.0.0.1.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
+from typing import Any
 
 from aiohttp import web
 
-from .execws import PROTOCOLS, ExecRequest, ExecSession, spdy_refusal
+from .execspdy import SPDY_PROTOCOLS, RequestHead, Sniffer, SpdyChannels, wanted_streams
+from .execws import PROTOCOLS, ExecRequest, ExecSession, WsChannels
 from .kubeclient import load_cert_chain
 from .podlogs import parse_query
 from .pods import ContainerNotAvailable, PodRuntime
@@ -37,8 +40,9 @@ class KubeletServer:
         self.registry = registry
         self.tracker = tracker
         self.port = 0
-        self.spdy_refusals = 0
+        self.spdy_sessions = 0
         self._runner: web.AppRunner | None = None
+        self._spdy_tasks: set[asyncio.Task[None]] = set()
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -54,12 +58,15 @@ class KubeletServer:
     async def start(self, ssl_ctx: ssl.SSLContext, host: str = "127.0.0.1", port: int = 0) -> int:
         self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_ctx, shutdown_timeout=1)
+        site = SniffingSite(self._runner, host, port, ssl_context=ssl_ctx, on_spdy=self.spdy_exec)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
         return self.port
 
     async def close(self) -> None:
+        for task in list(self._spdy_tasks):
+            task.cancel()
+        await asyncio.gather(*self._spdy_tasks, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -95,10 +102,6 @@ class KubeletServer:
         return resp
 
     async def exec(self, request: web.Request) -> web.StreamResponse:
-        refusal = spdy_refusal(request)
-        if refusal is not None:
-            self.spdy_refusals += 1
-            return refusal
         rt = self._pod(request)
         name = request.match_info["container"]
         try:
@@ -117,8 +120,63 @@ class KubeletServer:
         env, cwd = rt.exec_env(name)
         req = ExecRequest.from_query(request.query, list(commands))
         log.info("exec %s/%s/%s %s (protocol %s)", rt.namespace, rt.name, name, req.argv, ws.ws_protocol)
-        await ExecSession(ws, ws.ws_protocol or "", req, env, cwd, self.tracker).run()
+        proto = ws.ws_protocol or ""
+        await ExecSession(WsChannels(ws, proto), proto, req, env, cwd, self.tracker).run()
         return ws
+
+    # ---- SPDY/3.1 (the API server passes kubectl's SPDY through; it also speaks it when translating)
+
+    def spdy_exec(self, chan: SpdyChannels, head: RequestHead) -> None:
+        task = asyncio.get_running_loop().create_task(self._spdy_exec(chan, head))
+        self._spdy_tasks.add(task)
+        task.add_done_callback(self._spdy_tasks.discard)
+
+    async def _spdy_exec(self, chan: SpdyChannels, head: RequestHead) -> None:
+        parts = head.path.strip("/").split("/")
+        if len(parts) != 4 or parts[0] != "exec":
+            return chan.refuse(501, "Not Implemented", "fake kubelet: SPDY is served for exec only\n")
+        _, ns, name, container = parts
+        rt = self.registry.lookup(self.node, ns, name)
+        if rt is None:
+            return chan.refuse(404, "Not Found", f'pod "{ns}/{name}" does not exist\n')
+        try:
+            running = rt.state_of(container).running
+        except ContainerNotAvailable as exc:
+            return chan.refuse(400, "Bad Request", f"{exc}\n")
+        if not running:
+            return chan.refuse(400, "Bad Request", f'container "{container}" is not running\n')
+        commands = head.query.get("command", [])
+        if not commands:
+            return chan.refuse(400, "Bad Request", "you must specify at least one command\n")
+        offered = head.protocols or [SPDY_PROTOCOLS[-1]]
+        proto = next((p for p in offered if p in SPDY_PROTOCOLS), None)
+        if proto is None:
+            return chan.refuse(403, "Forbidden", f"unable to negotiate a protocol among {offered}\n")
+        if not await chan.switch(proto, wanted_streams(head.query, proto)):
+            return None
+        self.spdy_sessions += 1
+        env, cwd = rt.exec_env(container)
+        req = ExecRequest.from_query({k: v[0] for k, v in head.query.items()}, list(commands))
+        log.info("exec %s/%s/%s %s (SPDY/3.1, protocol %s)", ns, name, container, req.argv, proto)
+        await ExecSession(chan, proto, req, env, cwd, self.tracker).run()
+        return None
 
     async def unsupported(self, request: web.Request) -> web.Response:
         return web.Response(status=501, text="fake kubelet: not implemented\n")
+
+
+class SniffingSite(web.TCPSite):
+    """aiohttp's TCP site, but every connection starts with execspdy.Sniffer (SPDY next to HTTP)."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int, *, ssl_context: ssl.SSLContext,
+                 on_spdy: Any) -> None:  # fmt: skip
+        super().__init__(runner, host, port, ssl_context=ssl_context, shutdown_timeout=1)
+        self._on_spdy = on_spdy
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with the runner
+        http = self._runner.server
+        assert http is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: Sniffer(http, self._on_spdy), self._host, self._port, ssl=self._ssl_context
+        )

@@ -83,12 +83,16 @@ class RealWorkers:
         taints: Sequence[Mapping[str, str]] = (),
         labels: Mapping[str, str] | None = None,
         base_dir: Path | None = None,
+        extra_images: Sequence[Path] = (),
     ) -> None:
         reason = why_not()
         if reason:
             raise RuntimeError(reason)
         self.plane, self.node_names = plane, list(node_names)
         self.taints, self.labels = list(taints), dict(labels or {})
+        # Image archives (docker save / OCI) imported next to busybox and pause, e.g. vkbridge's own
+        # image for a real consumer worker that runs vkbridge as a pod.
+        self.extra_images = list(extra_images)
         self.kubelet_bin = find_binaries(WORKER_NAMES, build=False)["kubelet"]
         self.tag = secrets.token_hex(2)
         # Short: unix socket paths must stay under 108 bytes.
@@ -115,7 +119,7 @@ class RealWorkers:
         ips = [str(n.network_address) for n in host.pick_free(host.NODE_IP_RANGE, 32, count, used)]
         subnets = [str(n) for n in host.pick_free(host.POD_NET_RANGE, 24, count, used)]
         self.interface = host.NodeAddresses(f"vkbw{self.tag}", ips).create()
-        images = write_images(self.base / "images")
+        images = write_images(self.base / "images") + self.extra_images
         for i, (name, node_ip, subnet) in enumerate(zip(self.node_names, ips, subnets, strict=True)):
             base = self.base / f"n{i}"
             net = CniNetwork(name=f"vkbw-{self.tag}-{i}", bridge=f"vkbw{self.tag}b{i}", subnet=subnet)

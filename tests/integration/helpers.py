@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import http.server
+import os
+import pty
+import select
 import ssl
+import struct
+import subprocess
+import termios
 import threading
 import time
 import uuid
@@ -191,3 +198,38 @@ def token_file_kubeconfig(server: str, ca_pem: bytes, token_file: Path) -> dict[
         "users": [{"name": "evil", "user": {"tokenFile": str(token_file)}}],
         "contexts": [{"name": "evil", "context": {"cluster": "evil", "user": "evil"}}],
     }
+
+
+def run_in_pty(argv: list[str], send: bytes, timeout: float = 30,
+               env: dict[str, str] | None = None) -> tuple[int, bytes]:  # fmt: skip
+    """Run argv on a pseudo-terminal (kubectl -t wants one); writes send once "ready" is seen."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                            env={**os.environ, **(env or {})})  # fmt: skip
+    os.close(slave)
+    out = bytearray()
+    deadline = time.monotonic() + timeout
+    sent = False
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    break  # EIO: the child closed its side
+                if not chunk:
+                    break
+                out += chunk
+            if not sent and b"ready" in out:
+                os.write(master, send)
+                sent = True
+            if proc.poll() is not None and not ready:
+                break
+        return proc.wait(timeout=5), bytes(out)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)

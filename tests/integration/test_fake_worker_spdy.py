@@ -1,0 +1,97 @@
+"""The fake kubelet speaks SPDY/3.1 for exec next to WebSocket, as a real kubelet does.
+
+Without it, every test on a fake worker that reaches exec the Liqo way (the pool role grants create, not
+get, on pods/exec, so vkbridge dials the pool over SPDY and kube-apiserver passes SPDY to the kubelet)
+failed with "fake kubelet: SPDY/3.1 is not supported": a protocol gap a real pool does not have.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from typing import Any
+
+import pytest
+
+from e2e.bundle import Bundle
+from e2e.controlplane import ControlPlane
+from e2e.fakekubelet import FakeKubeletHandle
+from e2e.fixtures_pool import POOL_NODES
+from e2e.vkbridge_proc import VkbridgeProcess
+from tests.integration.helpers import get, must, pod_path, pool_pod, run_in_pty, wait_until
+
+pytestmark = pytest.mark.integration
+
+SCRIPT = "echo out; echo err >&2; read line; echo got $line; exit 3"
+
+
+def kubectl(plane: ControlPlane, *args: str, input: str | None = None,
+            websocket: bool = True) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    env = dict(os.environ, KUBECTL_REMOTE_COMMAND_WEBSOCKETS="true" if websocket else "false")
+    argv = [str(plane.bin["kubectl"]), f"--kubeconfig={plane.admin_kubeconfig}", *args]
+    return subprocess.run(argv, input=input, capture_output=True, text=True, env=env, timeout=60)
+
+
+def started(plane: ControlPlane, ns: str, name: str) -> bool:
+    pod = get(plane, pod_path(ns, name)) or {}
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return bool(statuses and "running" in (statuses[0].get("state") or {}))
+
+
+def assert_exec(res: subprocess.CompletedProcess[str]) -> None:
+    assert res.returncode == 3, res.stderr
+    assert res.stdout == "out\ngot hello\n"
+    assert "err" in res.stderr and "exit code 3" in res.stderr, res.stderr
+
+
+def test_kubectl_exec_over_spdy_reaches_a_fake_kubelet_pod_through_the_pool_api_server(
+    pool: ControlPlane, fake_nodes: FakeKubeletHandle, fresh_ns: Any
+) -> None:
+    ns = fresh_ns(pool)
+    pod: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sh"},
+        "spec": {"nodeName": POOL_NODES[0], "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "main", "image": "busybox:1.36", "command": ["sleep", "3600"]}]},
+    }  # fmt: skip
+    must(pool, "POST", pod_path(ns), pod)
+    wait_until(lambda: started(pool, ns, "sh"), 30, "the pod running on the fake worker", 0.2)
+    res = kubectl(
+        pool, "exec", "-i", "-n", ns, "sh", "--", "sh", "-c", SCRIPT, input="hello\n", websocket=False
+    )
+    assert_exec(res)
+    # Stdin that ends before the command reads it (stdin stream FIN) and a large stdout (many DATA frames).
+    big = kubectl(pool, "exec", "-i", "-n", ns, "sh", "--", "sh", "-c", "cat; head -c 300000 /dev/zero | tr '\\0' x",
+                  input="", websocket=False)  # fmt: skip
+    assert (big.returncode, big.stdout) == (0, "x" * 300000), big.stderr
+    # A TTY (stdin, stdout and resize streams; no stderr): kubectl wants a terminal of its own.
+    script = "test -t 0 && echo stdin-is-a-tty; sleep 1; stty size; echo ready; read line; echo got $line; exit 5"
+    argv = [str(pool.bin["kubectl"]), f"--kubeconfig={pool.admin_kubeconfig}",
+            "exec", "-it", "-n", ns, "sh", "--", "sh", "-c", script]  # fmt: skip
+    env = {"KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false"}
+    code, out = run_in_pty(argv, b"typed\r", env=env)
+    text = out.decode(errors="replace")
+    assert code == 5 and "stdin-is-a-tty" in text and "got typed" in text, text
+    assert "24 80" in text, f"the terminal size did not arrive over the resize stream: {text}"
+    assert "SPDY/3.1" in fake_nodes.log_tail(400)
+
+
+def test_offloaded_pod_on_a_fake_worker_serves_kubectl_exec_through_vkbridges_spdy_fallback(
+    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
+    offloaded_ns: tuple[str, str], fake_nodes: FakeKubeletHandle,
+) -> None:  # fmt: skip
+    ns, remote_ns = offloaded_ns
+    name = f"spdy-{uuid.uuid4().hex[:6]}"
+    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, name, command="exec sleep 3600"))
+    wait_until(lambda: started(pool, remote_ns, name), 60, "the remote pod running", 0.25)
+    remote = get(pool, pod_path(remote_ns, name))
+    assert remote is not None and remote["spec"]["nodeName"] in POOL_NODES
+    wait_until(lambda: started(consumer, ns, name), 30, "the local pod running at home", 0.25)
+    # vkbridge's kubelet API listens once the consumer's kube-controller-manager signed its certificate.
+    res = wait_until(
+        lambda: (r := kubectl(consumer, "exec", "-i", "-n", ns, name, "--", "sh", "-c", SCRIPT, input="hello\n"))
+        and r.returncode != 1 and r,
+        60, "kubectl exec on the consumer", 1.0,
+    )  # fmt: skip
+    assert_exec(res)
+    vkbridge.wait_for_log("the pool forbids WebSocket exec to this identity; using SPDY/3.1", 5)
