@@ -951,10 +951,18 @@ async def test_metrics_server_serves_the_registry_and_probes() -> None:
         await srv.stop()
 
 
-async def test_port_forward_is_refused_with_a_clear_message(env: Env, server: KubeletServer) -> None:
+async def test_port_forward_is_relayed_to_the_pool_and_refused_for_a_namespace_we_do_not_reflect(
+    env: Env, server: KubeletServer
+) -> None:
+    # The fake pool kubelet cannot port-forward: its refusal, not ours, must reach the user.
     res = await kubectl(env, "port-forward", "-n", env.ns, "pod/app", f"{free_port()}:80", timeout=30)
     assert res.returncode != 0
-    assert "port-forward is not implemented by this virtual kubelet" in res.stderr, res.stderr
+    assert "fake kubelet" in res.stderr and "not implemented by this" not in res.stderr, res.stderr
+    admin, key = env.consumer.issue_client_cert("pf-admin", ["system:masters"])
+    assert key is not None
+    status, body = await _get(env, f"/portForward/{env.stray_ns}/stray?port=80", cert=(admin, key))
+    assert status == 404
+    assert body.endswith(f'namespace "{env.stray_ns}" is not reflected to the pool by this node\n')
 
 
 # ---------------------------------------------------------------------------------------------- Prometheus

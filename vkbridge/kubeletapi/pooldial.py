@@ -84,6 +84,11 @@ class PoolDialer:
             headers["Authorization"] = f"Bearer {self._token}"
         return headers
 
+    async def identity(self) -> tuple[Credentials, ssl.SSLContext, dict[str, str]]:
+        """The pool's credentials, TLS context and auth headers for one dial (port-forward's too)."""
+        creds = self._pool.credentials
+        return creds, self._context(creds), await self._headers(creds)
+
     async def open(self, path: str, params: Sequence[tuple[str, str]], opts: StreamOptions) -> PoolStream:
         """An open session; DialError with the HTTP status to show the user when it cannot be had."""
         creds = self._pool.credentials

@@ -5,7 +5,7 @@ kubectl's WebSocket exec, technotes §0) to our SPDY code and everything else to
 authenticated and authorized like a kubelet in Webhook mode before any routing. Streams are relayed
 to the pool API server's ``pods/exec``/``pods/attach`` over WebSocket ``v5.channel.k8s.io``, or over
 SPDY/3.1 where the pool forbids that (Liqo's pool role); logs are streamed chunk by chunk from
-``pods/log``.
+``pods/log``; port-forward sessions are relayed pair by pair to ``pods/portforward`` (portforward.py).
 
 Until a serving certificate exists the port is closed, and the reason is logged every minute (the
 silent wait of LIQO issue #241 cost days to diagnose).
@@ -27,9 +27,10 @@ from prometheus_client import generate_latest
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import PODS, ApiError, KubeClient, is_transport_failure
 from vkbridge.kube.health import HealthChecks
-from vkbridge.kubeletapi import promtext, rawhttp
+from vkbridge.kubeletapi import pfserve, promtext, rawhttp
 from vkbridge.kubeletapi.auth import KubeletAuth
 from vkbridge.kubeletapi.channels import (
+    PORTFORWARD,
     SPDY_PROTOCOLS,
     V1,
     WS_PROTOCOLS,
@@ -40,6 +41,7 @@ from vkbridge.kubeletapi.channels import (
 )
 from vkbridge.kubeletapi.clientca import ClientCAFollower
 from vkbridge.kubeletapi.pooldial import DialError, PoolDialer
+from vkbridge.kubeletapi.portforward import PoolPortForward, SpdyPortForward
 from vkbridge.kubeletapi.relay import relay
 from vkbridge.kubeletapi.sniffer import Sniffer
 from vkbridge.kubeletapi.spdyconn import SpdyConnection, SpdyExecFront, StreamSetTimeout
@@ -143,6 +145,7 @@ class KubeletServer:
         self.stream_protocols: Counter[str] = Counter()  # "spdy/v5.channel.k8s.io", "websocket/..."
         self.active_log_streams = 0
         self.active_exec_sessions = 0
+        self.active_port_forwards = 0
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -337,8 +340,52 @@ class KubeletServer:
     async def _metrics_probes(self, request: web.Request) -> web.Response:
         return _exposition(promtext.comment_only(_NO_PROBES))
 
-    async def _port_forward(self, request: web.Request) -> web.Response:
-        return web.Response(status=501, text="port-forward is not implemented by this virtual kubelet\n")
+    async def _port_forward(self, request: web.Request) -> web.StreamResponse:
+        route = stream_route(request.path)
+        if route is None:
+            return web.Response(status=404, text=_NOT_FOUND)
+        if (unknown := self._unknown_pod(route.namespace, route.pod, route.uid)) is not None:
+            return web.Response(status=404, text=unknown + "\n")  # the kubelet looks the pod up first
+        if self._remote_namespace(route.namespace) is None:
+            return web.Response(status=404, text=not_reflected(route.namespace, route.pod) + "\n")
+        return await pfserve.websocket(request, route, self._pool_port_forward)
+
+    async def _pool_port_forward(self, route: StreamRoute) -> PoolPortForward:
+        """The pool's ``pods/portforward`` of a pod bound to us; DialError with the HTTP answer."""
+        if (unknown := self._unknown_pod(route.namespace, route.pod, route.uid)) is not None:
+            raise DialError(404, unknown)
+        remote = self._remote_namespace(route.namespace)
+        if remote is None:
+            raise DialError(404, not_reflected(route.namespace, route.pod))
+        return await PoolPortForward.dial(self._dialer, PODS.path(remote, route.pod, "portforward"))
+
+    async def _spdy_port_forward(
+        self, conn: SpdyConnection, head: rawhttp.RequestHead, route: StreamRoute,
+        refuse: Callable[[int, str], None],
+    ) -> None:  # fmt: skip
+        offered = split_protocols(head.header_all("x-stream-protocol-version"))
+        if offered and PORTFORWARD not in offered:
+            return refuse(
+                403, f"unable to upgrade: client supports {offered}, server accepts {[PORTFORWARD]}\n"
+            )
+        try:
+            pool = await self._pool_port_forward(route)
+        except DialError as exc:
+            return refuse(exc.status, exc.message + "\n")
+        headers = [("Connection", "Upgrade"), ("Upgrade", "SPDY/3.1")]
+        if offered:
+            headers.append(("X-Stream-Protocol-Version", PORTFORWARD))
+        session = SpdyPortForward(conn, pool, _ref(route))
+        conn.write_raw(rawhttp.response(101, headers=tuple(headers)))
+        conn.start_framing()
+        self.stream_protocols[f"spdy/{PORTFORWARD}"] += 1
+        self.active_port_forwards += 1
+        try:
+            outcome = await session.run()
+        finally:
+            self.active_port_forwards -= 1
+        log.info("port-forward ended", pod=_ref(route), transport="spdy", connections=session.pairs,
+                 outcome=outcome)  # fmt: skip
 
     async def _container_logs(self, request: web.Request) -> web.StreamResponse:
         ns, pod = request.match_info["ns"], request.match_info["pod"]
@@ -459,7 +506,7 @@ class KubeletServer:
         if route is None or head.method not in ("GET", "POST"):
             return refuse(404, _NOT_FOUND)
         if route.kind == "portforward":
-            return refuse(501, "port-forward is not implemented by this virtual kubelet\n")
+            return await self._spdy_port_forward(conn, head, route, refuse)
         offered = head.header_all("x-stream-protocol-version")
         if not offered:
             return refuse(400, "unable to upgrade: header X-Stream-Protocol-Version does not exist\n")

@@ -71,6 +71,8 @@ class SpdyConnection(asyncio.Protocol):
         self.on_gone: Callable[[], None] | None = None
         self.on_stream_reset: Callable[[SpdyStream], None] | None = None
         self.on_lost: Callable[[], None] | None = None
+        # Set (port-forward): every stream goes here, with any number of each kind, not into by_kind.
+        self.on_stream: Callable[[SpdyStream], None] | None = None
 
     # -- asyncio.Protocol
 
@@ -179,6 +181,12 @@ class SpdyConnection(asyncio.Protocol):
         if fin:
             stream.local_closed = True
 
+    def reset_stream(self, stream: SpdyStream, status: int = spdy.RstStatus.CANCEL) -> None:
+        """RST_STREAM ``stream`` (a port-forward pair whose pool side failed)."""
+        if not stream.reset:
+            stream.reset = stream.local_closed = True
+            self._send(spdy.RstStream(stream.stream_id, status))
+
     # -- frames
 
     def _send(self, frame: spdy.Frame) -> None:
@@ -231,6 +239,12 @@ class SpdyConnection(asyncio.Protocol):
             return
         self._last_peer_id = sid
         kind = (spdy.header_value(frame.headers, "streamtype") or "").lower()
+        if self.on_stream is not None:
+            st = SpdyStream(sid, dict(frame.headers), kind, remote_closed=frame.fin)
+            self.streams[sid] = st
+            self._send(spdy.SynReply(sid, {}))
+            self.on_stream(st)
+            return
         if kind not in self._accept or kind in self.by_kind:
             log.warning("rejecting an unexpected SPDY stream", stream_type=kind or "(none)")
             self._send(spdy.RstStream(sid, spdy.RstStatus.REFUSED_STREAM))
