@@ -10,6 +10,7 @@ from pathlib import Path
 
 from e2e.binaries import find_binaries
 from e2e.controlplane import ControlPlane
+from e2e.liqo_vk import extra_crds_dir
 
 log = logging.getLogger(__name__)
 
@@ -72,3 +73,6 @@ def start_planes(
 
 def _bring_up(plane: ControlPlane, timeout: float, crds: bool) -> None:
     plane.start(timeout=timeout, crds=crds)
+    extra = extra_crds_dir()
+    if crds and extra is not None:  # Liqo's VK needs them; installed for both impls: one testbed
+        plane.install_crds(extra)

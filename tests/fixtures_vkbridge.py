@@ -14,6 +14,7 @@ from e2e.controlplane import ControlPlane
 from e2e.emulator import EmulatorHandle
 from e2e.fixtures_pool import offload_namespace
 from e2e.identity import service_account_kubeconfig
+from e2e.liqo_vk import LiqoVkProcess, ensure_foreign_cluster, impl_from_env
 from e2e.vkbridge_proc import VkbridgeOptions, VkbridgeProcess
 
 
@@ -65,18 +66,40 @@ def vkbridge(
     vk_home_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[VkbridgeProcess]:  # fmt: skip
     """The session's vkbridge, as deployed (its ServiceAccount and RBAC, a CSR-issued serving
-    certificate); Ready before any test uses it; stopped (SIGTERM) at the end."""
+    certificate); Ready before any test uses it; stopped (SIGTERM) at the end.
+    VKBRIDGE_IMPL=liqo runs Liqo's own virtual kubelet there instead (see start_impl)."""
     log_path = tmp_path_factory.mktemp("vkbridge") / "vkbridge.log"
-    proc = VkbridgeProcess(vkbridge_options(consumer, bundle, vk_home_kubeconfig), log_path).start()
-    try:
-        wait_until(lambda: node_ready(consumer, bundle.slug) == "True", 60, "the virtual node to be Ready")
-    except TimeoutError:
-        print(proc.tail(80))
-        proc.stop()
-        raise
+    proc = start_impl(impl_from_env(), consumer, bundle, vk_home_kubeconfig, log_path)
     yield proc
     code = proc.stop()
     print(f"\nvkbridge log: {log_path} (exit {code})")
+
+
+def start_impl(
+    impl: str, consumer: ControlPlane, bundle: Bundle, home_kubeconfig: Path | None, log_path: Path
+) -> VkbridgeProcess:
+    """Start `impl` ("vkbridge" or "liqo") on the bundle's node and wait until the node is Ready.
+
+    Liqo's VK runs with the admin kubeconfig and a self-signed serving certificate (our least RBAC and
+    CSR flow are vkbridge's); it also needs the pool's ForeignCluster on the consumer."""
+    if impl == "liqo":
+        ensure_foreign_cluster(consumer, bundle.slug, bundle.tenant_ns)
+        proc: VkbridgeProcess = LiqoVkProcess(vkbridge_options(consumer, bundle), log_path).start()
+    else:
+        proc = VkbridgeProcess(vkbridge_options(consumer, bundle, home_kubeconfig), log_path).start()
+
+    def ready() -> bool:
+        if isinstance(proc, LiqoVkProcess):
+            proc.check_running()
+        return node_ready(consumer, bundle.slug) == "True" and proc.alive()
+
+    try:
+        wait_until(ready, 90, f"the virtual node to be Ready ({impl})", interval=0.2)
+    except (TimeoutError, RuntimeError):
+        print(proc.tail(80))
+        proc.stop()
+        raise
+    return proc
 
 
 @pytest.fixture
