@@ -46,6 +46,9 @@ else
   # a real consumer kubelet; it owns the node's Lease, so it cannot share a session with the others.
   step "pytest: vkbridge from its image as the pod of deploy/"
   run_pytest tests/integration/test_image_as_pod.py -m shipping
+  # The same scenarios against Liqo's own VK and vkbridge, differences exactly docs/compatibility.md.
+  step "pytest: differential suite (Liqo v1.2's VK as oracle)"
+  run_pytest tests/differential -m differential
 fi
 
 step "leftovers (processes, network namespaces, mounts the run made)"
