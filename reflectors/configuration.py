@@ -75,6 +75,10 @@ class _CopyChanged(Exception):
     """A conditional release (resourceVersion precondition) found the copy changed, most likely another
     node marked it: the key stays releasable and is retried (rate-limited) from the cache's newer view."""
 
+    @classmethod
+    def releasing(cls, ref: ObjectRef) -> _CopyChanged:
+        return cls(f"{ref} changed on the pool while being released")
+
 
 class TaskFactory(Protocol):
     """Creates a task in the engine's TaskGroup (``asyncio.TaskGroup.create_task`` fits)."""
@@ -686,14 +690,13 @@ class ConfigurationReflector:
             )
         except ApiError as err:
             if err.conflict:
-                raise _CopyChanged(f"{ref} changed on the pool while being released") from None
+                raise _CopyChanged.releasing(ref) from None
             if not err.not_found:
                 raise self._write_error("unmark", pair, ref, None, err) from None
-        self._applied.pop(ref, None)
-        log.info(
+        self._forget_applied(
+            pair,
+            ref,
             f"{ref.kind} left on the pool for other virtual nodes",
-            object=f"{ref.namespace}/{ref.name}",
-            remote=f"{pair.remote}/{self._remote_name(ref)}",
             nodes=sorted(other_node_marks(remote, self.ctx.node_name)),
         )
 
@@ -723,17 +726,17 @@ class ConfigurationReflector:
             )
         except ApiError as err:
             if err.conflict and resource_version is not None:
-                raise _CopyChanged(f"{ref} changed on the pool while being released") from None
+                raise _CopyChanged.releasing(ref) from None
             if not (err.not_found or err.conflict):
                 raise self._write_error("delete", pair, ref, local, err) from None
-        self._applied.pop(ref, None)
-        log.info(
-            f"{ref.kind} deleted from the pool",
-            object=f"{ref.namespace}/{ref.name}",
-            remote=f"{pair.remote}/{self._remote_name(ref)}",
-            reason=why,
-        )
+        self._forget_applied(pair, ref, f"{ref.kind} deleted from the pool", reason=why)
         return True
+
+    def _forget_applied(self, pair: _ConfigPair, ref: ObjectRef, message: str, **kv: object) -> None:
+        """The pool copy is no longer ours (deleted, or left to other nodes): drop it and say where it was."""
+        self._applied.pop(ref, None)
+        where = f"{pair.remote}/{self._remote_name(ref)}"
+        log.info(message, object=f"{ref.namespace}/{ref.name}", remote=where, **kv)
 
     # ------------------------------------------------------------------------------------------ helpers
 

@@ -7,6 +7,7 @@ import http.server
 import os
 import pty
 import select
+import signal
 import ssl
 import struct
 import subprocess
@@ -200,11 +201,11 @@ def token_file_kubeconfig(server: str, ca_pem: bytes, token_file: Path) -> dict[
     }
 
 
-def run_in_pty(argv: list[str], send: bytes, timeout: float = 30,
-               env: dict[str, str] | None = None) -> tuple[int, bytes]:  # fmt: skip
-    """Run argv on a pseudo-terminal (kubectl -t wants one); writes send once "ready" is seen."""
+def run_in_pty(argv: list[str], send: bytes, timeout: float = 30, env: dict[str, str] | None = None, *,
+               rows: int = 24, cols: int = 80, expect: bytes = b"ready") -> tuple[int, bytes]:  # fmt: skip
+    """Run argv on a rows x cols pseudo-terminal (kubectl -t wants one); writes send once expect shows."""
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
                             env={**os.environ, **(env or {})})  # fmt: skip
     os.close(slave)
@@ -222,7 +223,7 @@ def run_in_pty(argv: list[str], send: bytes, timeout: float = 30,
                 if not chunk:
                     break
                 out += chunk
-            if not sent and b"ready" in out:
+            if not sent and expect in out:
                 os.write(master, send)
                 sent = True
             if proc.poll() is not None and not ready:
@@ -230,6 +231,6 @@ def run_in_pty(argv: list[str], send: bytes, timeout: float = 30,
         return proc.wait(timeout=5), bytes(out)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: kubectl and whatever it started
             proc.wait()
         os.close(master)

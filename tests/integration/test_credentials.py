@@ -694,25 +694,12 @@ async def test_secret_swaps_refuses_insecure_and_keeps_newer_certificate(
 ) -> None:
     caplog.set_level(logging.INFO, logger="vkbridge")
     async with new_peering("365d", None) as (b, _), credential_stack(home, b) as stack:
-
-        async def write_kubeconfig(kcfg: dict[str, Any]) -> None:
-            for _ in range(5):
-                secret = await home.get(SECRETS, b.secret_name, b.tenant_ns)
-                secret["data"]["kubeconfig"] = b64(certs.dump_kubeconfig(kcfg))
-                try:
-                    await home.replace(SECRETS, secret, b.tenant_ns)
-                    return
-                except ApiError as err:
-                    if not err.conflict:
-                        raise
-            raise AssertionError("Secret kept conflicting")
-
         # A new bundle (new key, same identity): swapped within 5 s, and it authenticates.
         key = ec.generate_private_key(ec.SECP256R1())
         cert, _ = pool.issue_client_cert(b.identity_cn, [b.consumer_id], public_key=key.public_key())
         kcfg = kubeconfig_dict(tunnel.url, b.ca_pem, cert, private_pem(key), name="rotated")
         t0 = time.monotonic()
-        await write_kubeconfig(kcfg)
+        await write_secret_kubeconfig(home, b, kcfg)
         await eventually(lambda: stack.pool.credentials.client_cert_pem == cert, "the swap", timeout=5)
         assert time.monotonic() - t0 <= 5.0
         got = await stack.pool.request("POST", REVIEW_PATH, body=REVIEW)
@@ -723,7 +710,8 @@ async def test_secret_swaps_refuses_insecure_and_keeps_newer_certificate(
         older, _ = pool.issue_client_cert(
             b.identity_cn, [b.consumer_id], lifetime=dt.timedelta(days=1), public_key=key.public_key()
         )
-        await write_kubeconfig(kubeconfig_dict(tunnel.url, b.ca_pem, older, private_pem(key), name="stale"))
+        stale = kubeconfig_dict(tunnel.url, b.ca_pem, older, private_pem(key), name="stale")
+        await write_secret_kubeconfig(home, b, stale)
         await eventually(
             lambda: any("older certificate for the key in use" in m for m in caplog.messages),
             "the downgrade to be refused",
@@ -734,7 +722,7 @@ async def test_secret_swaps_refuses_insecure_and_keeps_newer_certificate(
         # insecure-skip-tls-verify: refused with a clear message, the working credential kept.
         insecure = kubeconfig_dict(tunnel.url, b.ca_pem, cert, private_pem(key), name="insecure")
         insecure["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
-        await write_kubeconfig(insecure)
+        await write_secret_kubeconfig(home, b, insecure)
         await eventually(lambda: stack.invalid, "the insecure kubeconfig to be refused", timeout=5)
         assert "insecure-skip-tls-verify" in stack.invalid[0] and "refusing" in stack.invalid[0]
         assert stack.pool.credentials.client_cert_pem == cert and stack.watcher.swaps == 1

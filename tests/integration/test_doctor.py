@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -29,6 +32,34 @@ def doctor(consumer: ControlPlane, bundle: Bundle) -> subprocess.CompletedProces
          f"--foreign-kubeconfig-secret-name={bundle.secret_name}", f"--foreign-cluster-id={bundle.slug}"],
         capture_output=True, text=True, timeout=60, cwd=REPO,
     )  # fmt: skip
+
+
+def set_kubeconfig_data(consumer: ControlPlane, path: str, data: str) -> None:
+    must(consumer, "PATCH", path, {"data": {"kubeconfig": data}}, content_type="application/merge-patch+json")
+
+
+@contextlib.contextmanager
+def kubeconfig_in_secret(
+    consumer: ControlPlane, bundle: Bundle, kubeconfig: dict[str, Any]
+) -> Iterator[None]:
+    """The peering Secret carries ``kubeconfig`` inside the block; its original bytes are back after it."""
+    path = f"/api/v1/namespaces/{bundle.tenant_ns}/secrets/{bundle.secret_name}"
+    original = get(consumer, path)
+    assert original is not None
+    set_kubeconfig_data(consumer, path, base64.b64encode(yaml.safe_dump(kubeconfig).encode()).decode())
+    try:
+        yield
+    finally:
+        set_kubeconfig_data(consumer, path, original["data"]["kubeconfig"])
+
+
+def revoked_kubeconfig(bundle: Bundle) -> dict[str, Any]:
+    """Our identity, signed by a CA the pool does not trust: what a revoked credential looks like."""
+    stranger = CertAuthority.create("not-the-pool-ca")
+    cert, key = stranger.issue(bundle.identity_cn, [bundle.consumer_id], client=True)
+    assert key is not None
+    server = bundle.kubeconfig["clusters"][0]["cluster"]["server"]
+    return kubeconfig_dict(server, bundle.ca_pem, cert, key, "revoked")
 
 
 def test_doctor_reports_healthy(consumer: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess) -> None:
@@ -58,24 +89,11 @@ def test_doctor_names_a_blackholed_pool(
 def test_doctor_names_a_revoked_credential(
     consumer: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess
 ) -> None:
-    path = f"/api/v1/namespaces/{bundle.tenant_ns}/secrets/{bundle.secret_name}"
-    original = get(consumer, path)
-    assert original is not None
-    stranger = CertAuthority.create("not-the-pool-ca")
-    cert, key = stranger.issue(bundle.identity_cn, [bundle.consumer_id], client=True)
-    assert key is not None
-    server = bundle.kubeconfig["clusters"][0]["cluster"]["server"]
-    revoked = yaml.safe_dump(kubeconfig_dict(server, bundle.ca_pem, cert, key, "revoked")).encode()
-    must(consumer, "PATCH", path, {"data": {"kubeconfig": base64.b64encode(revoked).decode()}},
-         content_type="application/merge-patch+json")  # fmt: skip
-    try:
+    with kubeconfig_in_secret(consumer, bundle, revoked_kubeconfig(bundle)):
         res = doctor(consumer, bundle)
         print(res.stdout)
         assert res.returncode == 1
         assert "FAIL  pool reachable" in res.stdout and "rejects our credential" in res.stdout
-    finally:
-        must(consumer, "PATCH", path, {"data": {"kubeconfig": original["data"]["kubeconfig"]}},
-             content_type="application/merge-patch+json")  # fmt: skip
     wait_until(
         lambda: node_ready(consumer, bundle.slug) == "True", 30, "Ready again with the valid credential"
     )
@@ -85,20 +103,11 @@ def test_doctor_refuses_a_kubeconfig_secret_naming_a_token_file_and_sends_nothin
     consumer: ControlPlane, bundle: Bundle, tmp_path: Path
 ) -> None:
     """Issue 15 item 6: doctor read the Secret's ``tokenFile`` on the operator's machine and sent it."""
-    path = f"/api/v1/namespaces/{bundle.tenant_ns}/secrets/{bundle.secret_name}"
-    original = get(consumer, path)
-    assert original is not None
     marker = tmp_path / "token"
     marker.write_text(TOKEN_MARKER)
     with RecordingServer(tmp_path) as evil:
-        evil_kubeconfig = yaml.safe_dump(token_file_kubeconfig(evil.url, evil.ca_pem, marker)).encode()
-        must(consumer, "PATCH", path, {"data": {"kubeconfig": base64.b64encode(evil_kubeconfig).decode()}},
-             content_type="application/merge-patch+json")  # fmt: skip
-        try:
+        with kubeconfig_in_secret(consumer, bundle, token_file_kubeconfig(evil.url, evil.ca_pem, marker)):
             res = doctor(consumer, bundle)
-        finally:
-            must(consumer, "PATCH", path, {"data": {"kubeconfig": original["data"]["kubeconfig"]}},
-                 content_type="application/merge-patch+json")  # fmt: skip
         print(res.stdout)
         assert not any(TOKEN_MARKER in h for h in evil.seen), "the file's token reached the server"
         assert evil.seen == [], "doctor sent a request to the Secret's server"
@@ -111,26 +120,13 @@ def test_doctor_refuses_a_kubeconfig_secret_naming_a_token_file_and_sends_nothin
 def test_revoked_credential_means_unauthorized_and_notready_then_recovers_without_restart(
     consumer: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess
 ) -> None:
-    path = f"/api/v1/namespaces/{bundle.tenant_ns}/secrets/{bundle.secret_name}"
-    original = get(consumer, path)
-    assert original is not None
     pid = vkbridge.pid
     mark = len(vkbridge.log_text())
-    stranger = CertAuthority.create("not-the-pool-ca")
-    cert, key = stranger.issue(bundle.identity_cn, [bundle.consumer_id], client=True)
-    assert key is not None
-    server = bundle.kubeconfig["clusters"][0]["cluster"]["server"]
-    revoked = yaml.safe_dump(kubeconfig_dict(server, bundle.ca_pem, cert, key, "revoked")).encode()
-    must(consumer, "PATCH", path, {"data": {"kubeconfig": base64.b64encode(revoked).decode()}},
-         content_type="application/merge-patch+json")  # fmt: skip
-    try:
+    with kubeconfig_in_secret(consumer, bundle, revoked_kubeconfig(bundle)):
         vkbridge.wait_for_log("pool rejects our credential.*Rotate the credentials", 60, start=mark)
         wait_until(
             lambda: node_ready(consumer, bundle.slug) not in ("True", None), 90, "NotReady", interval=0.5
         )
-    finally:
-        must(consumer, "PATCH", path, {"data": {"kubeconfig": original["data"]["kubeconfig"]}},
-             content_type="application/merge-patch+json")  # fmt: skip
     wait_until(
         lambda: node_ready(consumer, bundle.slug) == "True", 30, "Ready again with the valid credential"
     )

@@ -7,7 +7,7 @@ be refused by vkbridge itself are bound with spec.nodeName, as a user or another
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -51,6 +51,23 @@ def warning_with(consumer: ControlPlane, ns: str, name: str, text: str) -> dict[
     return None
 
 
+def run_pods(consumer: ControlPlane, bundle: Bundle, ns: str, names: Sequence[str], **pod: Any) -> None:
+    """Create the pods (scheduled as usual), then wait until each one Runs: they start in parallel."""
+    for name in names:
+        must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, name, **pod))
+    for name in names:
+        wait_until(lambda name=name: phase(consumer, ns, name) == "Running", 30, f"{name} Running")
+
+
+def held_for_grant(consumer: ControlPlane, bundle: Bundle, ns: str, name: str,
+                   text: str = "does not fit in the pool grant", **pod: Any) -> dict[str, Any]:  # fmt: skip
+    """Bind the pod to our node past the scheduler; vkbridge's Warning that it waits for the grant."""
+    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, name, node_name=bundle.slug, **pod))
+    event: dict[str, Any] = wait_until(lambda: warning_with(consumer, ns, name, text), 20,
+                                       f"{name} to wait for the grant")  # fmt: skip
+    return event
+
+
 def test_gpu_and_hugepages_pods_never_reach_the_pool(
     consumer: ControlPlane,
     pool: ControlPlane,
@@ -88,21 +105,8 @@ def test_pod_over_remaining_cpu_waits_then_runs_when_another_completes(
     offloaded_ns: tuple[str, str],
 ) -> None:
     ns, remote_ns = offloaded_ns
-    must(
-        consumer,
-        "POST",
-        pod_path(ns),
-        pool_pod(bundle.slug, "big", cpu="3", command="sleep 6", restart="Never"),
-    )
-    wait_until(lambda: phase(consumer, ns, "big") == "Running", 30, "big Running")
-    must(
-        consumer,
-        "POST",
-        pod_path(ns),
-        pool_pod(bundle.slug, "next", cpu="2", restart="Never", command="sleep 1", node_name=bundle.slug),
-    )
-    event = wait_until(lambda: warning_with(consumer, ns, "next", "does not fit in the pool grant"), 20,
-                       "the does-not-fit event")  # fmt: skip
+    run_pods(consumer, bundle, ns, ["big"], cpu="3", command="sleep 6", restart="Never")
+    event = held_for_grant(consumer, bundle, ns, "next", cpu="2", restart="Never", command="sleep 1")
     assert "cpu requested 2 free 1" in event["message"], event["message"]
     assert get(pool, shadow_path(remote_ns, "next")) is None
     wait_until(lambda: phase(consumer, ns, "big") == "Succeeded", 30, "big to complete")
@@ -141,13 +145,9 @@ def test_grant_reduced_below_usage_keeps_running_pods_and_new_pods_wait(
     offloaded_ns: tuple[str, str],
 ) -> None:
     ns, remote_ns = offloaded_ns
-    for name in ("a", "b"):
-        must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, name, cpu="1"))
-    for name in ("a", "b"):
-        wait_until(lambda name=name: phase(consumer, ns, name) == "Running", 30, f"{name} Running")
+    run_pods(consumer, bundle, ns, ["a", "b"], cpu="1")
     set_grant(consumer, bundle, {**DEFAULT, "cpu": "1"})
-    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "late", cpu="100m", node_name=bundle.slug))
-    wait_until(lambda: warning_with(consumer, ns, "late", "does not fit in the pool grant"), 20, "late waits")
+    held_for_grant(consumer, bundle, ns, "late", cpu="100m")
     time.sleep(2)
     for name in ("a", "b"):
         assert phase(consumer, ns, name) == "Running", f"{name} was touched by a smaller grant"
@@ -164,15 +164,8 @@ def test_succeeded_pod_frees_its_share_at_once(
 ) -> None:
     ns, remote_ns = offloaded_ns
     set_grant(consumer, bundle, {**DEFAULT, "cpu": "1"})
-    must(
-        consumer,
-        "POST",
-        pod_path(ns),
-        pool_pod(bundle.slug, "first", cpu="1", command="sleep 4", restart="Never"),
-    )
-    wait_until(lambda: phase(consumer, ns, "first") == "Running", 30, "first Running")
-    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "second", cpu="1", node_name=bundle.slug))
-    wait_until(lambda: warning_with(consumer, ns, "second", "does not fit"), 20, "second waits")
+    run_pods(consumer, bundle, ns, ["first"], cpu="1", command="sleep 4", restart="Never")
+    held_for_grant(consumer, bundle, ns, "second", text="does not fit", cpu="1")
     wait_until(lambda: phase(consumer, ns, "first") == "Succeeded", 30, "first Succeeded")
     t0 = time.monotonic()
     wait_until(
@@ -214,10 +207,7 @@ def test_full_grant_survives_sigkill_and_new_pods_wait(
     must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "done", cpu="1", command="echo done",
                                                   restart="Never"))  # fmt: skip
     wait_until(lambda: phase(consumer, ns, "done") == "Succeeded", 30, "done Succeeded")
-    for name in ("a", "b"):
-        must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, name, cpu="2"))
-    for name in ("a", "b"):
-        wait_until(lambda name=name: phase(consumer, ns, name) == "Running", 30, f"{name} Running")
+    run_pods(consumer, bundle, ns, ["a", "b"], cpu="2")
     wait_until(lambda: ledger_cpu(vkbridge) == 4, 15, "the ledger to hold 4 cpu before the kill")
 
     vkbridge.kill()  # SIGKILL: nothing is flushed, nothing said goodbye
@@ -226,9 +216,7 @@ def test_full_grant_survives_sigkill_and_new_pods_wait(
     vkbridge.wait_for_log(rf"reflection started.*namespace={ns}", 60, start=mark)
     wait_until(lambda: ledger_cpu(vkbridge) == 4, 15, "the restarted ledger to hold the same 4 cpu")
 
-    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "late", cpu="1", node_name=bundle.slug))
-    event = wait_until(lambda: warning_with(consumer, ns, "late", "does not fit in the pool grant"), 20,
-                       "late to wait for the grant")  # fmt: skip
+    event = held_for_grant(consumer, bundle, ns, "late", cpu="1")
     assert "cpu requested 1 free 0" in event["message"], event["message"]
     time.sleep(2)
     assert get(pool, shadow_path(remote_ns, "late")) is None, "late was sent over a full grant"
@@ -251,19 +239,14 @@ def test_pod_level_resources_reach_the_pool_and_are_charged(
     pool runs the pod BestEffort and its quota counts the containers' 100m)."""
     ns, remote_ns = offloaded_ns
     resources = {"requests": {"cpu": "3", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}
-    must(
-        consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "podlevel", extra_spec={"resources": resources})
-    )
-    wait_until(lambda: phase(consumer, ns, "podlevel") == "Running", 30, "podlevel Running")
+    run_pods(consumer, bundle, ns, ["podlevel"], extra_spec={"resources": resources})
     shadow = get(pool, shadow_path(remote_ns, "podlevel"))
     assert shadow is not None
     assert shadow["spec"]["pod"].get("resources") == resources, "pod-level resources not sent"
     remote = get(pool, pod_path(remote_ns, "podlevel"))
     assert remote is not None and remote["spec"].get("resources") == resources
     wait_until(lambda: ledger_cpu(vkbridge) == 3, 15, "the ledger to charge the pod-level 3 cpu")
-    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "more", cpu="2", node_name=bundle.slug))
-    event = wait_until(lambda: warning_with(consumer, ns, "more", "does not fit in the pool grant"), 20,
-                       "more to wait for the grant")  # fmt: skip
+    event = held_for_grant(consumer, bundle, ns, "more", cpu="2")
     assert "cpu requested 2 free 1" in event["message"], event["message"]
 
 
@@ -277,10 +260,7 @@ def test_unpaired_namespace_frees_its_pods_share(
     fresh_ns: Any,
 ) -> None:
     ns, _ = offloaded_ns
-    for name in ("a", "b"):
-        must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, name, cpu="2"))
-    for name in ("a", "b"):
-        wait_until(lambda name=name: phase(consumer, ns, name) == "Running", 30, f"{name} Running")
+    run_pods(consumer, bundle, ns, ["a", "b"], cpu="2")
     other = fresh_ns(consumer)
     other_remote = offload_namespace(consumer, pool, other)
 
@@ -306,13 +286,7 @@ def test_waiting_gauge_drops_when_the_pod_is_admitted(
     offloaded_ns: tuple[str, str],
 ) -> None:
     ns, remote_ns = offloaded_ns
-    must(
-        consumer,
-        "POST",
-        pod_path(ns),
-        pool_pod(bundle.slug, "big", cpu="4", command="sleep 5", restart="Never"),
-    )
-    wait_until(lambda: phase(consumer, ns, "big") == "Running", 30, "big Running")
+    run_pods(consumer, bundle, ns, ["big"], cpu="4", command="sleep 5", restart="Never")
     must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "next", cpu="1", node_name=bundle.slug))
     wait_until(lambda: waiting_gauge(vkbridge) == 1, 10, "vkbridge_pods_waiting_for_grant 1")
     wait_until(lambda: get(pool, shadow_path(remote_ns, "next")) is not None, 30, "next sent once big ends")

@@ -17,13 +17,7 @@ import datetime as dt
 import json
 import logging
 import os
-import pty
-import select
-import signal
 import ssl
-import struct
-import subprocess
-import termios
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -40,6 +34,7 @@ from e2e.emulator.rbac import VK_REMOTE_RULES
 from e2e.fakekubelet import FakeKubeletHandle
 from e2e.fixtures_pool import POOL_NODES
 from e2e.pki import CertAuthority
+from tests.integration.helpers import run_in_pty
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import PODS, KubeClient
 from vkbridge.kube.health import HealthChecks
@@ -492,52 +487,13 @@ async def test_interrupted_exec_stops_the_remote_process(env: Env, server: Kubel
     await eventually(lambda: not processes_with(marker), 15, "the remote process to be killed")
 
 
-def _drive_tty(
-    argv: list[str], rows: int, cols: int, send: bytes, expect: bytes, timeout: float
-) -> tuple[int, bytes]:
-    """Run argv on a pty of the given size, type ``send`` once ``expect`` shows; (rc, output)."""
-    master, slave = pty.openpty()
-    termios_size = struct.pack("HHHH", rows, cols, 0, 0)
-    import fcntl
-
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, termios_size)
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
-    os.close(slave)
-    out = bytearray()
-    sent = False
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.1)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:
-                    break  # EIO: the child closed the pty
-                if not chunk:
-                    break
-                out += chunk
-            if not sent and expect in out:
-                os.write(master, send)
-                sent = True
-            if proc.poll() is not None and not ready:
-                break
-        rc = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        os.close(master)
-    return rc, bytes(out)
-
-
 async def test_kubectl_exec_tty_with_resize(env: Env, server: KubeletServer) -> None:
     # The size is read after our input: the remote process starts when we dial the pool, before the
     # client's first resize can arrive (the same race a kubelet has with its runtime).
     script = "test -t 0 && echo is-a-tty; read x; stty size; echo got-$x"
     argv = [str(env.consumer.bin["kubectl"]), f"--kubeconfig={env.consumer.admin_kubeconfig}",
             "exec", "-it", "-n", env.ns, "app", "--", "sh", "-c", script]  # fmt: skip
-    rc, out = await asyncio.to_thread(_drive_tty, argv, 33, 101, b"abc\r", b"is-a-tty", 40)
+    rc, out = await asyncio.to_thread(run_in_pty, argv, b"abc\r", 40, rows=33, cols=101, expect=b"is-a-tty")
     text = out.decode(errors="replace")
     assert rc == 0, text
     assert "33 101" in text  # our terminal size reached the remote pty through the resize stream

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_cache_diff import FakeClient, ev, page, start, stop, until
+from tests.unit.test_cache_diff import DecodeCounter, FakeClient, ev, page, start, stop, until
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import PODS, WatchExpired
 from vkbridge.kubeletapi import stats as kstats
@@ -83,17 +83,9 @@ async def test_pod_refs_follow_the_compact_pod_cache_without_decoding_it() -> No
     fake.feed.put_nowait(ev("ADDED", pod("a", "two", "11")))
     fake.feed.put_nowait(ev("MODIFIED", pod("a", "one", "12", start_time="2026-12-01T11:30:00Z")))
     await until(lambda: len(refs.entries()) == 2 and "startTime" in refs.entries()[0]["status"])
-    decoded = 0
-    unpack = cache._unpack
-
-    def counting(stored: Any) -> Obj:
-        nonlocal decoded
-        decoded += 1
-        return unpack(stored)
-
-    cache._unpack = counting  # type: ignore[method-assign]
+    decoded = DecodeCounter(cache)
     summary = build_summary("vk", NOW, refs.entries(), {}, NOW)
-    assert decoded == 0  # a scrape reads the refs, not the cache
+    assert decoded.count == 0  # a scrape reads the refs, not the cache
     assert [(p["podRef"], p["startTime"]) for p in summary["pods"]] == [
         ({"name": "one", "namespace": "a", "uid": "uid-one"}, "2026-12-01T11:30:00Z"),
         ({"name": "two", "namespace": "a", "uid": "uid-two"}, "2026-12-01T11:00:00Z"),

@@ -23,14 +23,12 @@ import struct
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
-from urllib.parse import urlsplit
 
 from vkbridge.kubeletapi import spdy
 from vkbridge.kubeletapi.channels import PORTFORWARD
 from vkbridge.kubeletapi.pooldial import PoolDialer
-from vkbridge.kubeletapi.poolstream import DialError
-from vkbridge.kubeletapi.sniffer import _keepalive
-from vkbridge.kubeletapi.spdyclient import _connect, _message, _read_body, _read_head, host_header
+from vkbridge.kubeletapi.sniffer import keepalive
+from vkbridge.kubeletapi.spdyclient import close_upgraded, spdy_upgrade
 from vkbridge.kubeletapi.spdyconn import SpdyConnection, SpdyStream
 from vkbridge.logs import get_logger
 
@@ -193,10 +191,18 @@ class PoolPortForward:
     async def dial(cls, dialer: PoolDialer, path: str) -> PoolPortForward:
         """POST + ``Upgrade: SPDY/3.1`` with ``portforward.k8s.io``; DialError with the pool's answer."""
         creds, ctx, headers = await dialer.identity()
-        reader, writer = await _upgrade(
-            creds.server, ctx, path, headers, creds.tls_server_name, creds.proxy_url
+        reader, writer = await spdy_upgrade(
+            creds.server,
+            ctx,
+            target=path,
+            protocols=(PORTFORWARD,),
+            headers=headers,
+            then=_upgraded,
+            server_hostname=creds.tls_server_name,
+            proxy_url=creds.proxy_url,
+            timeout=DIAL_TIMEOUT,
         )
-        _keepalive(writer.transport)  # a tunnel that vanishes without a RST is noticed in ~1 min
+        keepalive(writer.transport)  # a tunnel that vanishes without a RST is noticed in ~1 min
         conn = cls(reader, writer)
         conn._read_task = asyncio.create_task(conn._read_loop(), name="pool-portforward-read")
         return conn
@@ -296,55 +302,14 @@ class PoolPortForward:
         return list({id(p): p for p in self._by_id.values()}.values())
 
     async def close(self) -> None:
-        if self._read_task is not None:
-            self._read_task.cancel()
-            await asyncio.gather(self._read_task, return_exceptions=True)
-        self._writer.close()
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(1.0):
-                await self._writer.wait_closed()
-        if not self._writer.transport.is_closing():  # pragma: no cover
-            self._writer.transport.abort()
+        await close_upgraded(self._read_task, self._writer)
 
 
-async def _upgrade(
-    server: str,
-    ctx: ssl.SSLContext,
-    path: str,
-    headers: dict[str, str],
-    server_hostname: str | None,
-    proxy_url: str | None,
+async def _upgraded(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _headers: dict[str, str]
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    url = urlsplit(server)
-    host = url.hostname or ""
-    try:
-        async with asyncio.timeout(DIAL_TIMEOUT):
-            reader, writer = await _connect(host, url.port or 443, ctx, server_hostname or host, proxy_url)
-    except (OSError, ssl.SSLError, TimeoutError) as exc:
-        raise DialError(502, f"cannot reach the pool API server: {type(exc).__name__}: {exc}") from exc
-    try:
-        async with asyncio.timeout(DIAL_TIMEOUT):
-            request = [
-                f"POST {url.path.rstrip('/')}{path} HTTP/1.1",
-                f"Host: {host_header(server)}",
-                *(f"{k}: {v}" for k, v in headers.items()),
-                "Connection: Upgrade",
-                "Upgrade: SPDY/3.1",
-                f"X-Stream-Protocol-Version: {PORTFORWARD}",
-                "Content-Length: 0",
-            ]
-            writer.write(("\r\n".join(request) + "\r\n\r\n").encode("latin-1"))
-            await writer.drain()
-            status, resp_headers = await _read_head(reader)
-            if status != 101 or "spdy/3.1" not in resp_headers.get("upgrade", "").lower():
-                body = await _read_body(reader, resp_headers)
-                raise DialError(status if status >= 400 else 502, _message(status, body))
-            return reader, writer
-    except BaseException as exc:
-        writer.transport.abort()
-        if isinstance(exc, (OSError, ssl.SSLError, asyncio.IncompleteReadError, TimeoutError)):
-            raise DialError(502, f"the pool stream failed: {type(exc).__name__}: {exc}") from exc
-        raise
+    """The upgraded connection as is: the port-forward session opens its streams per pair."""
+    return reader, writer
 
 
 def lost_message(port: int, reason: str) -> bytes:

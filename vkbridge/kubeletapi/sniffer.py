@@ -15,7 +15,7 @@ from typing import Final, cast
 
 from vkbridge.kubeletapi.rawhttp import is_spdy_upgrade
 
-__all__ = ["Sniffer"]
+__all__ = ["Sniffer", "keepalive"]
 
 MAX_HEAD: Final = 64 * 1024
 HEAD_TIMEOUT: Final = 30.0
@@ -42,7 +42,7 @@ class Sniffer(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # some loops' transports are not subclasses
-        _keepalive(transport)
+        keepalive(transport)
         if self._live is not None:
             self._live.add(self)
         self._timer = asyncio.get_running_loop().call_later(self._head_timeout, transport.close)
@@ -87,7 +87,7 @@ class Sniffer(asyncio.Protocol):
             self._live.discard(self)
 
 
-def _keepalive(transport: asyncio.BaseTransport) -> None:
+def keepalive(transport: asyncio.BaseTransport) -> None:
     """TCP keepalive (~1 min to detect a vanished peer): exec and follow streams can idle for hours."""
     sock = transport.get_extra_info("socket")
     if sock is None:

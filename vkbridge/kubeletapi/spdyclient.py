@@ -12,21 +12,32 @@ import asyncio
 import contextlib
 import json
 import ssl
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Final
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Final, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 from vkbridge.kubeletapi import spdy
 from vkbridge.kubeletapi.channels import ERROR, STDERR, STDOUT, StreamOptions
 from vkbridge.kubeletapi.poolstream import DialError, PoolStream
 
-__all__ = ["SpdyPoolStream", "host_header", "spdy_dial"]
+__all__ = [
+    "SpdyPoolStream",
+    "close_upgraded",
+    "connect",
+    "host_header",
+    "read_body",
+    "read_head",
+    "spdy_dial",
+    "spdy_upgrade",
+    "status_message",
+]
 
 _HEAD_LIMIT: Final = 64 * 1024
 _BODY_LIMIT: Final = 64 * 1024
 _CHUNK: Final = 32 * 1024
 STREAM_REPLY_TIMEOUT: Final = 30.0
 _OUTPUT_KINDS: Final = {"stdout": STDOUT, "stderr": STDERR, "error": ERROR}
+_T = TypeVar("_T")
 
 
 class SpdyPoolStream(PoolStream):
@@ -144,15 +155,7 @@ class SpdyPoolStream(PoolStream):
         return self._ended
 
     async def close(self) -> None:
-        if self._read_task is not None:
-            self._read_task.cancel()
-            await asyncio.gather(self._read_task, return_exceptions=True)
-        self._writer.close()
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(1.0):
-                await self._writer.wait_closed()
-        if not self._writer.transport.is_closing():  # pragma: no cover - close() already started it
-            self._writer.transport.abort()
+        await close_upgraded(self._read_task, self._writer)
 
 
 async def spdy_dial(
@@ -173,18 +176,56 @@ async def spdy_dial(
     DialError carries the pool's HTTP status and its Status message (the body is readable here,
     unlike aiohttp's WebSocket handshake errors).
     """
+
+    async def open_streams(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, resp_headers: dict[str, str]
+    ) -> SpdyPoolStream:
+        stream = SpdyPoolStream(reader, writer, resp_headers.get("x-stream-protocol-version", ""))
+        await stream.open_streams(opts)
+        return stream
+
+    return await spdy_upgrade(
+        server,
+        ctx,
+        target=f"{path}?{urlencode(list(params))}",
+        protocols=protocols,
+        headers=headers,
+        then=open_streams,
+        server_hostname=server_hostname,
+        proxy_url=proxy_url,
+        timeout=timeout,
+    )
+
+
+async def spdy_upgrade(
+    server: str,
+    ctx: ssl.SSLContext,
+    *,
+    target: str,
+    protocols: Sequence[str],
+    headers: Mapping[str, str],
+    then: Callable[[asyncio.StreamReader, asyncio.StreamWriter, dict[str, str]], Awaitable[_T]],
+    server_hostname: str | None = None,
+    proxy_url: str | None = None,
+    timeout: float = 30.0,
+) -> _T:
+    """Connect, POST ``target`` with ``Upgrade: SPDY/3.1``, then ``then`` on the upgraded connection.
+
+    Shared by exec/attach and port-forward. ``then`` runs inside the same deadline and error
+    handling as the handshake, so a failure there also aborts the connection and becomes a DialError.
+    """
     url = urlsplit(server)
     host = url.hostname or ""
     port = url.port or 443
     try:
         async with asyncio.timeout(timeout):
-            reader, writer = await _connect(host, port, ctx, server_hostname or host, proxy_url)
+            reader, writer = await connect(host, port, ctx, server_hostname or host, proxy_url)
     except (OSError, ssl.SSLError, TimeoutError) as exc:
         raise DialError(502, f"cannot reach the pool API server: {type(exc).__name__}: {exc}") from exc
     try:
         async with asyncio.timeout(timeout):
             request = [
-                f"POST {url.path.rstrip('/')}{path}?{urlencode(list(params))} HTTP/1.1",
+                f"POST {url.path.rstrip('/')}{target} HTTP/1.1",
                 f"Host: {host_header(server)}",
                 *(f"{k}: {v}" for k, v in headers.items()),
                 "Connection: Upgrade",
@@ -194,18 +235,29 @@ async def spdy_dial(
             ]
             writer.write(("\r\n".join(request) + "\r\n\r\n").encode("latin-1"))
             await writer.drain()
-            status, resp_headers = await _read_head(reader)
+            status, resp_headers = await read_head(reader)
             if status != 101 or "spdy/3.1" not in resp_headers.get("upgrade", "").lower():
-                body = await _read_body(reader, resp_headers)
-                raise DialError(status if status >= 400 else 502, _message(status, body))
-            stream = SpdyPoolStream(reader, writer, resp_headers.get("x-stream-protocol-version", ""))
-            await stream.open_streams(opts)
-            return stream
+                body = await read_body(reader, resp_headers)
+                raise DialError(status if status >= 400 else 502, status_message(status, body))
+            return await then(reader, writer, resp_headers)
     except BaseException as exc:
         writer.transport.abort()
         if isinstance(exc, (OSError, ssl.SSLError, asyncio.IncompleteReadError, TimeoutError)):
             raise DialError(502, f"the pool stream failed: {type(exc).__name__}: {exc}") from exc
         raise
+
+
+async def close_upgraded(read_task: asyncio.Task[None] | None, writer: asyncio.StreamWriter) -> None:
+    """Stop the reader, then close the connection: a peer that does not answer within 1 s is cut off."""
+    if read_task is not None:
+        read_task.cancel()
+        await asyncio.gather(read_task, return_exceptions=True)
+    writer.close()
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(1.0):
+            await writer.wait_closed()
+    if not writer.transport.is_closing():  # pragma: no cover - close() already started it
+        writer.transport.abort()
 
 
 def host_header(server: str) -> str:
@@ -217,7 +269,7 @@ def host_header(server: str) -> str:
     return f"{host}:{url.port}" if url.port else host
 
 
-async def _connect(
+async def connect(
     host: str, port: int, ctx: ssl.SSLContext, server_hostname: str, proxy_url: str | None
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     if not proxy_url:
@@ -228,7 +280,7 @@ async def _connect(
     reader, writer = await asyncio.open_connection(proxy.hostname, proxy.port or 80)
     writer.write(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode("latin-1"))
     await writer.drain()
-    status, _ = await _read_head(reader)
+    status, _ = await read_head(reader)
     if status != 200:
         writer.close()
         raise OSError(f"proxy refused CONNECT with HTTP {status}")
@@ -236,7 +288,7 @@ async def _connect(
     return reader, writer
 
 
-async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+async def read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
     try:
         raw = await reader.readuntil(b"\r\n\r\n")
     except asyncio.LimitOverrunError:
@@ -256,7 +308,7 @@ async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]
     return int(parts[1]), headers
 
 
-async def _read_body(reader: asyncio.StreamReader, headers: Mapping[str, str]) -> bytes:
+async def read_body(reader: asyncio.StreamReader, headers: Mapping[str, str]) -> bytes:
     with contextlib.suppress(asyncio.IncompleteReadError, OSError, TimeoutError, ValueError):
         async with asyncio.timeout(5.0):
             if "content-length" in headers:
@@ -265,7 +317,7 @@ async def _read_body(reader: asyncio.StreamReader, headers: Mapping[str, str]) -
     return b""
 
 
-def _message(status: int, body: bytes) -> str:
+def status_message(status: int, body: bytes) -> str:
     try:
         obj = json.loads(body)
         if isinstance(obj, dict) and obj.get("message"):

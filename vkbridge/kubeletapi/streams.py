@@ -64,9 +64,10 @@ class StreamService:
         self._remote_namespace = remote_namespace
 
     async def open(self, route: StreamRoute, opts: StreamOptions) -> PoolStream:
-        """An open session on the pool (WebSocket v5, or SPDY); DialError with an HTTP status."""
-        if route.kind == "portforward":
-            raise DialError(501, "port-forward is not implemented by this virtual kubelet")
+        """An open exec/attach session on the pool (WebSocket v5, or SPDY); DialError with an HTTP status.
+
+        Port-forward never comes here: the server relays it pair by pair (portforward.py).
+        """
         remote = self._remote_namespace(route.namespace)
         if remote is None:
             raise DialError(404, not_reflected(route.namespace, route.pod))
