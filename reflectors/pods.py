@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from reflectors.context import ReflectionContext
 from reflectors.forge import constants as c
+from reflectors.forge import notices as fn
 from reflectors.forge import pods as fp
 from reflectors.forge.references import Reference, not_found_events
 from reflectors.forge.shadowpod import (
@@ -50,6 +51,9 @@ PENDING_COALESCE_SECONDS = 3.0
 CREATION_GRACE_SECONDS = 30.0
 # A pod held before admission is re-queued when the gate lifts; this is only the safety net.
 ADMISSION_GATE_RETRY_SECONDS = 30.0
+# A ShadowPod the pool accepted with no remote pod after this long gets one Warning on the local pod
+# (liqo#2603, "Pending forever"); documented in docs/operations.md.
+REMOTE_POD_MISSING_SECONDS = 30.0
 
 
 class ConfigurationPort(Protocol):
@@ -93,6 +97,11 @@ class PodInfo:
     replacing: str | None = None  # UID of an earlier pod's ShadowPod being deleted before ours is created
     gate_message: str | None = None
     told_apiserver_ignored: bool = False
+    told_ephemeral: set[str] = field(default_factory=set)  # ephemeral containers already warned about
+    resize_generation: Any = None  # metadata.generation last checked for an in-place resize
+    resize_message: str | None = None  # why the current resize is Infeasible (None: no resize pending)
+    no_remote_since: float | None = None  # ShadowPod seen without a remote pod since
+    told_no_remote: bool = False
 
 
 def already_written(info: PodInfo, local_rv: str, new: Mapping[str, Any]) -> bool:
@@ -134,6 +143,7 @@ class PodReflector:
         # When each pod first reached our cache bound to the node: the outbound latency counts the time it
         # waited in the queue too, not only our handling of it.
         self.arrived: dict[str, float] = {}
+        self.remote_pod_missing_after = REMOTE_POD_MISSING_SECONDS
 
     # ------------------------------------------------------------------------------------------ entry
 
@@ -205,6 +215,7 @@ class PodReflector:
         self.configuration.track_pod(pair.local, local)
         if not fp.has_remote_unavailable_label(local):
             await self._sync_metadata(key, local, shadow, pair)
+        self._tell_not_applied(local, shadow, info)
         return await self._sync_status(key, local, shadow, remote, info)
 
     # ------------------------------------------------------------------------------------------ steps
@@ -427,7 +438,11 @@ class PodReflector:
                     return None
                 await self._write_status(key, local, new)
                 self._release(key)
+                return None
+            if shadow is not None and not fp.is_terminating(shadow):
+                return self._tell_remote_pod_missing(local, shadow, info)
             return None
+        info.no_remote_since, info.told_no_remote = None, False
 
         remote_uid = fp.uid_of(remote)
         if info.remote_uid != remote_uid:
@@ -449,6 +464,8 @@ class PodReflector:
             disable_ip_reflection=self.ctx.disable_ip_reflection,
             remote_unavailable=fp.has_remote_unavailable_label(local),
         )
+        if info.told_ephemeral or info.resize_message is not None:
+            new = fn.with_notices(new, local, info.resize_message, _now())
         if overrides_terminal(local, new):
             return None  # Succeeded/Failed is final, whatever the remote pod shows (invariant 4)
         local_rv = fp.meta(local).get("resourceVersion") or ""
@@ -534,6 +551,44 @@ class PodReflector:
         absent = self.configuration.absent_references(key)
         for etype, reason, message in not_found_events(absent, optional=optional):
             self.ctx.recorder.event(local, etype, reason, message)
+
+    def _tell_not_applied(self, local: Mapping[str, Any], shadow: Mapping[str, Any], info: PodInfo) -> None:
+        """One Warning per ephemeral container (never sent: `kubectl debug`) and per in-place resize (the
+        ShadowPod spec is frozen, invariant 5). Cheap on the hot path: a resize is looked for only when the
+        pod's generation moved (it counts spec changes since Kubernetes 1.34)."""
+        if fp.spec_of(local).get("ephemeralContainers"):
+            for name in fn.ephemeral_names(local):
+                if name not in info.told_ephemeral:
+                    info.told_ephemeral.add(name)
+                    reason, msg = fn.EVENT_EPHEMERAL_CONTAINER_UNSUPPORTED, fn.ephemeral_unsupported_msg(name)
+                    self.ctx.recorder.event(local, c.EVENT_TYPE_WARNING, reason, msg)
+        generation = fp.meta(local).get("generation")
+        if generation is not None and generation == info.resize_generation:
+            return
+        info.resize_generation = generation
+        names = fn.resized(local, shadow)
+        message = fn.resize_infeasible_msg(names) if names else None
+        if message is not None and message != info.resize_message:
+            self.ctx.recorder.event(local, c.EVENT_TYPE_WARNING, fn.EVENT_RESIZE_INFEASIBLE, message)
+        info.resize_message = message
+
+    def _tell_remote_pod_missing(
+        self, local: Mapping[str, Any], shadow: Mapping[str, Any], info: PodInfo
+    ) -> RequeueAfter | None:
+        """One Warning when the pool accepted the ShadowPod but made no remote pod within a while."""
+        if info.told_no_remote:
+            return None
+        now = time.monotonic()
+        if info.no_remote_since is None:
+            info.no_remote_since = now
+        waited = now - info.no_remote_since
+        if waited < self.remote_pod_missing_after:
+            return RequeueAfter(self.remote_pod_missing_after - waited)
+        info.told_no_remote = True
+        message = fn.remote_pod_missing_msg(shadow, waited)
+        self.ctx.recorder.event(local, c.EVENT_TYPE_WARNING, fn.EVENT_REMOTE_POD_MISSING, message)
+        log.warning("ShadowPod has no remote pod on the pool", pod=fp.name_of(local), waited=_ms(waited))
+        return None
 
     def _tell_ignored_apiserver_override(self, local: Mapping[str, Any], info: PodInfo) -> None:
         """``liqo.io/api-server-support: remote`` while support is off is ignored: say so on the pod once."""

@@ -27,7 +27,15 @@ from .podspec import (
     pod_annotations,
     should_restart,
 )
-from .podstatus import ConditionBook, ContainerState, conditions, container_id, merge_conditions, pod_phase
+from .podstatus import (
+    ConditionBook,
+    ContainerState,
+    conditions,
+    container_id,
+    merge_conditions,
+    pod_phase,
+    reported_resources,
+)
 from .runtime import FakeProc, GroupTracker, Proc, StartError, spawn
 from .timefmt import iso_seconds
 from .writers import EventRecorder, StatusWriter
@@ -73,7 +81,8 @@ class PodRuntime:
             self.init.append(ContainerState(c["name"], c.get("image", ""), init=True, sidecar=sidecar))
         for c in spec.get("containers") or []:
             self.specs[c["name"]] = (c, f"spec.containers{{{c['name']}}}")
-            st = ContainerState(c["name"], c.get("image", ""))
+            resources = reported_resources(c.get("resources"))
+            st = ContainerState(c["name"], c.get("image", ""), resources=resources)
             if self.init:
                 st.state = {"waiting": {"reason": "PodInitializing"}}
             self.main.append(st)

@@ -49,6 +49,9 @@ class ContainerState:
     container_id: str = ""
     ready: bool = False
     done: bool = False
+    # cpu/memory requests and limits a 1.33+ kubelet reports for a running container; without them the
+    # apiserver refuses an in-place resize ("Pod running on node without support for resize")
+    resources: Json = field(default_factory=dict)
 
     @property
     def running(self) -> bool:
@@ -80,7 +83,19 @@ class ContainerState:
         }
         if self.container_id:
             out["containerID"] = self.container_id
+        if self.resources and self.running:
+            out["resources"] = self.resources
         return out
+
+
+def reported_resources(resources: Json | None) -> Json:
+    """The cpu/memory part of a container's resources, as the kubelet reports it in its status."""
+    out: Json = {}
+    for kind in ("requests", "limits"):
+        vals = {k: v for k, v in ((resources or {}).get(kind) or {}).items() if k in ("cpu", "memory")}
+        if vals:
+            out[kind] = vals
+    return out
 
 
 class ConditionBook:
