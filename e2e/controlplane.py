@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 STOP_GRACE_S = 10.0
+FRONT_PROXY_CN = "front-proxy-client"
 _ports_lock = threading.Lock()
 _ports_handed_out: set[int] = set()
 
@@ -187,6 +188,8 @@ class ControlPlane:
             "apiserver-kubelet-client",
             ca.issue("kube-apiserver-kubelet-client", ["system:masters"], client=True),
         )
+        # The aggregation layer's client toward extension API servers (e2e/metrics_server.py).
+        self._write_pair("front-proxy-client", ca.issue(FRONT_PROXY_CN, client=True))
         for comp in ("kube-controller-manager", "kube-scheduler"):
             self._write_pair(f"{comp}-serving", ca.issue(comp, server=True, ips=[self.ip], dns=["localhost"]))
         sa_key, sa_pub = rsa_key_pair()
@@ -570,6 +573,17 @@ class ControlPlane:
             f"--kubelet-certificate-authority={pki / 'ca.crt'}",
             "--kubelet-preferred-address-types=InternalIP",
             "--endpoint-reconciler-type=none",
+            # Aggregation layer (inert until an APIService names a Service): the front proxy identity is a
+            # plane-CA certificate only FRONT_PROXY_CN may use; routing to the Service's endpoints because
+            # the testbed has no kube-proxy for ClusterIPs.
+            f"--requestheader-client-ca-file={pki / 'ca.crt'}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CN}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+            "--enable-aggregator-routing=true",
             # Without it a SIGTERM waits up to 60 s for the open watches of KCM, scheduler and vkbridge.
             "--shutdown-watch-termination-grace-period=2s",
         ]
@@ -605,6 +619,10 @@ class ControlPlane:
             f"--cluster-signing-cert-file={pki / 'ca.crt'}",
             f"--cluster-signing-key-file={pki / 'ca.key'}",
             f"--service-cluster-ip-range={self.service_cidr}",
+            # HPAs react within seconds (tests/integration/test_top_and_hpa.py); inert without HPAs.
+            "--horizontal-pod-autoscaler-sync-period=3s",
+            "--horizontal-pod-autoscaler-cpu-initialization-period=10s",
+            "--horizontal-pod-autoscaler-initial-readiness-delay=5s",
         ]
 
     def _scheduler_argv(self) -> list[str]:

@@ -36,3 +36,7 @@ fi
 
 echo "== control-plane binaries"
 bash hack/build-k8s-bins.sh
+echo "== Liqo v1.2's own virtual kubelet (the differential suite's oracle)"
+bash hack/build-liqo-vk.sh
+echo "== metrics-server (kubectl top and HPA tests)"
+bash hack/build-metrics-server.sh || echo "setup: no metrics-server; tests/integration/test_top_and_hpa.py will skip" >&2
