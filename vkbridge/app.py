@@ -402,10 +402,12 @@ class VirtualKubelet:
                 )
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(recorder.aclose(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await recorder.aclose()
             if elector is not None and elector.is_leader:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(elector.release(), 1.0)
+                    async with asyncio.timeout(1.0):
+                        await elector.release()
             await pool.close()
             await home.close()
 

@@ -12,6 +12,7 @@ import enum
 import time
 from collections.abc import Callable
 
+from vkbridge.kube.waiting import wait_event
 from vkbridge.logs import get_logger
 
 log = get_logger("vkbridge.pool")
@@ -81,9 +82,7 @@ class Reachability:
 
     async def wait_check_request(self, timeout: float) -> bool:
         """Used by the pinger: sleep until the next tick or until a writer reports a failure."""
-        try:
-            await asyncio.wait_for(self._check_now.wait(), timeout)
-        except TimeoutError:
+        if not await wait_event(self._check_now, timeout):
             return False
         self._check_now.clear()
         return True

@@ -7,7 +7,6 @@ marks the node dirty; one loop compares the cached Node with the desired one and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -16,6 +15,7 @@ from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import NODES, ApiError, KubeClient
 from vkbridge.kube.reachability import PoolState, Reachability
+from vkbridge.kube.waiting import wait_event
 from vkbridge.logs import get_logger
 from vkbridge.node import model
 from vkbridge.node.lease import micro_time
@@ -175,8 +175,7 @@ class NodeController:
                 self._dirty.set() if err.conflict else None
             if self._reach.connected and self._status_interval:
                 wait = min(wait, max(0.5, self._status_interval - (time.monotonic() - self._last_status_at)))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._dirty.wait(), wait)
+            await wait_event(self._dirty, wait)
 
 
 def micro_time_seconds() -> str:

@@ -7,7 +7,6 @@ marks the node Unknown after its grace period, exactly as for a real node that l
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.client import ApiError, KubeClient
 from vkbridge.kube.reachability import Reachability
+from vkbridge.kube.waiting import wait_event
 from vkbridge.logs import get_logger
 
 log = get_logger("vkbridge.node")
@@ -144,5 +144,4 @@ class LeaseHeartbeat:
                 if backoff.attempts in (1, 10) or backoff.attempts % 60 == 0:
                     log.warning("node lease renewal failed", error=str(exc)[:200], retry_in=f"{delay:.1f}s")
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+            await wait_event(self._wake, delay)
