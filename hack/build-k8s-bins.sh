@@ -67,9 +67,13 @@ for k8s in $versions; do
       log="$root/logs/build-$k8s-kubelet.log"; mkdir -p "$root/logs" "$root/work/$k8s/k8s"
       echo "build-k8s-bins: control plane found in $dir; building the kubelet ($k8s) into it; log: $log"
       start=$(date +%s)
+      # set -e is ignored inside a subshell that is an `if` condition: run it as a command, then test $?.
+      set +e
       # shellcheck disable=SC2086
-      if (set -euo pipefail; cd "$root/work/$k8s/k8s"; k8s_module "$k8s"; k8s_build "$k8s" "$dir" $worker_bins
-          "$dir/kubelet" --version) >"$log" 2>&1; then
+      (set -euo pipefail; cd "$root/work/$k8s/k8s"; k8s_module "$k8s"; k8s_build "$k8s" "$dir" $worker_bins
+          "$dir/kubelet" --version) >"$log" 2>&1
+      rc=$?; set -e
+      if [ "$rc" -eq 0 ]; then
         echo "build-k8s-bins: kubelet $k8s built in $(( $(date +%s) - start )) s into $dir"
         exit 0
       fi
@@ -90,7 +94,9 @@ for k8s in $versions; do
   log="$log_root/build-$k8s.log"
   echo "build-k8s-bins: building Kubernetes $k8s (staging $stg) and etcd $etcd_v; log: $log"
   start=$(date +%s)
-  if (
+  # set -e is ignored inside a subshell that is an `if` condition: run it as a command, then test $?.
+  set +e
+  (
     set -euo pipefail
     cd "$work/k8s"
     k8s_module "$k8s"
@@ -106,7 +112,9 @@ for k8s in $versions; do
     go build -trimpath -ldflags="-s -w" -o "$dir/etcd" go.etcd.io/etcd/server/v3
     "$dir/kube-apiserver" --version
     "$dir/etcd" --version | head -1
-  ) >"$log" 2>&1; then
+  ) >"$log" 2>&1
+  rc=$?; set -e
+  if [ "$rc" -eq 0 ]; then
     echo "build-k8s-bins: Kubernetes $k8s built in $(( $(date +%s) - start )) s into $dir"
     tail -2 "$log"
     exit 0

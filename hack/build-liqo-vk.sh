@@ -29,7 +29,9 @@ log="$out_root/logs/build-liqo-$version.log"
 mkdir -p "$out_root/logs" "$dir"
 echo "build-liqo-vk: building Liqo $version cmd/virtual-kubelet into $dir; log: $log"
 start=$(date +%s)
-if (
+# set -e is ignored inside a subshell that is an `if` condition: run it as a command, then test $?.
+set +e
+(
   set -euo pipefail
   echo "== go mod download $module@$version"
   src=$(go mod download -json "$module@$version" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
@@ -43,7 +45,9 @@ if (
   go build -p "$(nproc)" -trimpath -ldflags="-s -w" -o "$dir/virtual-kubelet.tmp" ./cmd/virtual-kubelet
   mv "$dir/virtual-kubelet.tmp" "$dir/virtual-kubelet"
   ls -l "$dir/virtual-kubelet"
-) > >(tee "$log" | sed -u 's/^/build-liqo-vk: /') 2>&1; then
+) > >(tee "$log" | sed -u 's/^/build-liqo-vk: /') 2>&1
+rc=$?; set -e
+if [ "$rc" -eq 0 ]; then
   rm -rf "$work"
   echo "build-liqo-vk: Liqo $version virtual-kubelet built in $(( $(date +%s) - start )) s into $dir"
   exit 0

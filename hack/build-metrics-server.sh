@@ -30,7 +30,9 @@ work="$out_root/work/metrics-server-$ms_v"; log="$out_root/logs/build-metrics-se
 mkdir -p "$work" "$out_root/logs"
 echo "build-metrics-server: building metrics-server $ms_v; log: $log"
 start=$(date +%s)
-if (
+# set -e is ignored inside a subshell that is an `if` condition: run it as a command, then test $?.
+set +e
+(
   set -euo pipefail
   cd "$work"
   rm -f go.mod go.sum
@@ -41,7 +43,9 @@ if (
   go build -trimpath -ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$ms_v" \
     -o "$work/metrics-server" sigs.k8s.io/metrics-server/cmd/metrics-server
   "$work/metrics-server" --version
-) >"$log" 2>&1; then
+) >"$log" 2>&1
+rc=$?; set -e
+if [ "$rc" -eq 0 ]; then
   for d in "${dirs[@]}"; do cp "$work/metrics-server" "$d/metrics-server.tmp" && mv "$d/metrics-server.tmp" "$d/metrics-server"; done
   echo "build-metrics-server: metrics-server $ms_v built in $(( $(date +%s) - start )) s into ${dirs[*]}"
   exit 0

@@ -4,6 +4,7 @@ both); a finding fails the test and prints the linter's own report."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -66,3 +67,15 @@ def test_scripts_are_executable() -> None:
         if script.name == "lib.sh":  # sourced, never run
             continue
         assert script.stat().st_mode & 0o111, f"{script.relative_to(REPO)} is not executable (chmod +x)"
+
+
+def test_no_subshell_is_an_if_condition() -> None:
+    """bash ignores `set -e` inside `if ( ... ); then`: a failed `go mod tidy` ran on, and the build
+    reported success while kube-apiserver was missing. Scripts run such a subshell as a command and test $?."""
+    offenders = [
+        f"{script.relative_to(REPO)}:{n}"
+        for script in SCRIPTS
+        for n, line in enumerate(script.read_text().splitlines(), 1)
+        if re.match(r"\s*(if|elif|while|until)\s+\(\s*($|set )", line)
+    ]
+    assert not offenders, offenders
