@@ -12,46 +12,48 @@ Secret data is copied, compared and hashed, never logged: log lines, events and 
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import binascii
-import contextlib
 import copy
-import hashlib
-import json
-from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from reflectors.config_copies import (
+    KINDS,
+    RESOURCES,
+    Applied,
+    ConfigPair,
+    ConfigurationWriteError,
+    PoolCopies,
+)
 from reflectors.context import ReflectionContext
 from reflectors.forge import constants as c
 from reflectors.forge import pods as fp
 from reflectors.forge.configuration import (
     SKIP_SA_TOKEN,
     configmap_skip_reason,
+    copy_matches,
     forge_remote_configmap,
     forge_remote_secret,
-    is_service_account_secret,
-    node_mark,
+    missing_message,
+    needs_recreate,
     other_node_marks,
-    release_action,
     reserved_name_reason,
     secret_skip_reason,
 )
+from reflectors.forge.configuration import fingerprint as fingerprint_of
+from reflectors.forge.configuration import resource_version as rv_of
 from reflectors.forge.labels import is_reflected, reflected_label_selector
-from reflectors.forge.names import local_configmap_name, remote_configmap_name
 from reflectors.forge.references import CONFIGMAP, SECRET, Reference, pod_references
+from reflectors.generic import KeyLocks, PairReflector, PoolUnavailable, count_result, require_pool
 from reflectors.refcount import ObjectRef, RefIndex
 from vkbridge.kube.cache import Cache
-from vkbridge.kube.client import CONFIGMAPS, SECRETS, ApiError, Resource
+from vkbridge.kube.client import ApiError
 from vkbridge.kube.reachability import PoolState
 from vkbridge.kube.workqueue import RequeueAfter, WorkQueue, run_workers
 from vkbridge.logs import get_logger
 
 log = get_logger("reflectors.configuration")
 
-KINDS: Final = (SECRET, CONFIGMAP)
-RESOURCES: Final[Mapping[str, Resource]] = {SECRET: SECRETS, CONFIGMAP: CONFIGMAPS}
 # A same-name object on the pool that is not ours is looked at again this often (we cannot watch it).
 FOREIGN_RECHECK_SECONDS: Final = 30.0
 
@@ -59,31 +61,8 @@ NOT_FOUND: Final = "not found"
 FOREIGN: Final = "an object of that name exists on the pool and is not ours"
 
 
-class ConfigurationPoolUnavailable(Exception):
-    """The pool is not Connected (or a write found it gone): the key is parked until it returns."""
-
-
 class ConfigurationNotReady(Exception):
     """The namespace pair has no synced configuration caches yet: handle the pod once it has."""
-
-
-class ConfigurationWriteError(Exception):
-    """A remote write failed; the message names the object and the API's answer, never Secret data."""
-
-
-class _CopyChanged(Exception):
-    """A conditional release (resourceVersion precondition) found the copy changed, most likely another
-    node marked it: the key stays releasable and is retried (rate-limited) from the cache's newer view."""
-
-    @classmethod
-    def releasing(cls, ref: ObjectRef) -> _CopyChanged:
-        return cls(f"{ref} changed on the pool while being released")
-
-
-class TaskFactory(Protocol):
-    """Creates a task in the engine's TaskGroup (``asyncio.TaskGroup.create_task`` fits)."""
-
-    def __call__(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]: ...
 
 
 class PodSource(Protocol):
@@ -106,102 +85,10 @@ class _Outcome:
 READY: Final = _Outcome(True)
 
 
-@dataclass(frozen=True)
-class _Applied:
-    """What we last wrote: lets a pod proceed while the remote cache has not shown our write yet."""
+class ConfigurationReflector(PairReflector[ConfigPair]):
+    name = "configuration"
+    gates_pods = True  # a pod's ShadowPod is created only once its Secrets/ConfigMaps can be checked
 
-    fingerprint: str
-    uid: str
-    resource_version: str
-
-
-@dataclass
-class _Lock:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    users: int = 0
-
-
-@dataclass
-class _ConfigPair:
-    local: str
-    remote: str
-    local_caches: dict[str, Cache]
-    remote_caches: dict[str, Cache]
-    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
-
-    @property
-    def synced(self) -> bool:
-        return all(cache.synced for cache in (*self.local_caches.values(), *self.remote_caches.values()))
-
-    def caches(self) -> list[Cache]:
-        return [*self.local_caches.values(), *self.remote_caches.values()]
-
-
-def missing_message(missing: Iterable[str]) -> str:
-    """The Warning event on a pod kept Pending: which objects, never what they hold."""
-    what = ", ".join(missing)
-    return (
-        f"Waiting for {what} before offloading the pod to the pool; "
-        "references marked optional never wait for a missing object"
-    )
-
-
-def _fingerprint(body: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def _contains(have: Mapping[str, Any] | None, want: Mapping[str, Any] | None) -> bool:
-    have = have or {}
-    return all(have.get(k) == v for k, v in (want or {}).items())
-
-
-def _matches(remote: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    """Content equal; labels/annotations a superset (others may add theirs, as the provider does)."""
-    for name in ("data", "binaryData"):
-        if (remote.get(name) or {}) != (desired.get(name) or {}):
-            return False
-    if bool(remote.get("immutable")) != bool(desired.get("immutable")):
-        return False
-    if desired.get("kind") == SECRET and (remote.get("type") or "Opaque") != (
-        desired.get("type") or "Opaque"
-    ):
-        return False
-    return _contains(fp.labels_of(remote), fp.labels_of(desired)) and _contains(
-        fp.annotations_of(remote), fp.annotations_of(desired)
-    )
-
-
-def _needs_recreate(remote: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    """A Secret's type and an immutable object's content cannot change in place: delete, then create."""
-    if desired.get("kind") == SECRET and (remote.get("type") or "Opaque") != (
-        desired.get("type") or "Opaque"
-    ):
-        return True
-    if not remote.get("immutable"):
-        return False
-    return any((remote.get(n) or {}) != (desired.get(n) or {}) for n in ("data", "binaryData")) or not bool(
-        desired.get("immutable")
-    )
-
-
-def _scrub(text: str, local: Mapping[str, Any] | None) -> str:
-    """Remove a Secret's values (encoded and decoded) from an API error message, just in case."""
-    for value in ((local or {}).get("data") or {}).values():
-        if not isinstance(value, str) or not value:
-            continue
-        text = text.replace(value, "<redacted>")
-        with contextlib.suppress(binascii.Error, ValueError):
-            decoded = base64.b64decode(value, validate=True).decode("utf-8", "ignore")
-            if len(decoded) >= 4:
-                text = text.replace(decoded, "<redacted>")
-    return text
-
-
-def _rv(obj: Mapping[str, Any] | None) -> str:
-    return str(fp.meta(obj).get("resourceVersion") or "")
-
-
-class ConfigurationReflector:
     def __init__(
         self,
         ctx: ReflectionContext,
@@ -215,6 +102,7 @@ class ConfigurationReflector:
         annotations_not_reflected: Collection[str] = (),
         inactivity_timeout: float = 60.0,
     ) -> None:
+        super().__init__()
         self.ctx = ctx
         self.workers = max(1, workers)
         self.local_pods = local_pods
@@ -224,12 +112,13 @@ class ConfigurationReflector:
         self.annotations_not_reflected = tuple(annotations_not_reflected)
         self.inactivity_timeout = inactivity_timeout
         self.index = RefIndex()
-        self.pairs: dict[str, _ConfigPair] = {}
-        self.queue: WorkQueue[str] = WorkQueue("configuration")
+        self.queue: WorkQueue[str] = WorkQueue(
+            "configuration", metrics=ctx.metrics.workqueue("configuration")
+        )
         self.parked: set[str] = set()
-        self._applied: dict[ObjectRef, _Applied] = {}
+        self.copies = PoolCopies(ctx)  # our copies on the pool and how they are written
         self._releasable: set[ObjectRef] = set()  # unreferenced: delete the remote copy
-        self._locks: dict[ObjectRef, _Lock] = {}
+        self._locks: KeyLocks[ObjectRef] = KeyLocks()
         self._noted: dict[ObjectRef, str] = {}  # last "not reflected" reason logged, one line per change
         self._absent: dict[str, tuple[Reference, ...]] = {}  # pod key -> references not found locally
         self._selector = reflected_label_selector(ctx.local_cluster_id, ctx.remote_cluster_id)
@@ -246,14 +135,9 @@ class ConfigurationReflector:
 
     # ------------------------------------------------------------------------------------------ pairs
 
-    def start_pair(self, pair_local: str, pair_remote: str, task_factory: TaskFactory) -> None:
-        current = self.pairs.get(pair_local)
-        if current is not None:
-            if current.remote == pair_remote:
-                return
-            self.stop_pair(pair_local)
+    def _new_pair(self, pair_local: str, pair_remote: str) -> ConfigPair:
         home, pool = self.ctx.home, self.ctx.pool
-        pair = _ConfigPair(
+        pair = ConfigPair(
             local=pair_local,
             remote=pair_remote,
             local_caches={
@@ -281,38 +165,18 @@ class ConfigurationReflector:
         for kind in KINDS:
             pair.local_caches[kind].subscribe(self._local_handler(pair_local, kind))
             pair.remote_caches[kind].subscribe(self._remote_handler(pair_local, kind))
-        self.pairs[pair_local] = pair
-        for cache in pair.caches():
-            pair.tasks.append(task_factory(cache.run(), name=f"cache-{cache.name}"))
-        pair.tasks.append(task_factory(self._when_synced(pair), name=f"configuration-sync-{pair_local}"))
+        return pair
 
-    def stop_pair(self, local: str) -> None:
+    def _forget_pair(self, pair: ConfigPair) -> None:
         """Stop watching; remote copies are left alone (the pool removes the namespace with the mapping)."""
-        pair = self.pairs.pop(local, None)
-        if pair is None:
-            return
-        for task in pair.tasks:
-            task.cancel()
+        local = pair.local
         self.index.drop_namespace(local)
-        for store in (self._applied, self._noted):
+        for store in (self.copies.applied, self._noted):
             for ref in [r for r in store if r.namespace == local]:
                 store.pop(ref, None)
         self._releasable = {r for r in self._releasable if r.namespace != local}
 
-    def synced(self, local: str) -> bool:
-        pair = self.pairs.get(local)
-        return pair is not None and pair.synced
-
-    async def wait_synced(self, local: str) -> bool:
-        """Wait for the pair's four caches; False if the namespace is not (or no longer) reflected."""
-        pair = self.pairs.get(local)
-        if pair is None:
-            return False
-        for cache in pair.caches():
-            await cache.wait_synced()
-        return self.pairs.get(local) is pair
-
-    async def _when_synced(self, pair: _ConfigPair) -> None:
+    async def _prepare(self, pair: ConfigPair) -> None:
         if not await self.wait_synced(pair.local) or self.pairs.get(pair.local) is not pair:
             return
         try:
@@ -331,7 +195,7 @@ class ConfigurationReflector:
             orphans=orphans,
         )
 
-    def _sweep(self, pair: _ConfigPair) -> int:
+    def _sweep(self, pair: ConfigPair) -> int:
         """Remote copies no live pod references (left by a previous run) are marked for deletion.
 
         Restart safety: the index is empty until the pod reflector has seen each pod again, so the
@@ -347,7 +211,7 @@ class ConfigurationReflector:
         orphans = 0
         for kind, cache in pair.remote_caches.items():
             for remote in cache.list():
-                ref = self._ref_of_remote(pair.local, kind, remote)
+                ref = self.copies.ref_of_remote(pair.local, kind, remote)
                 if ref is not None and ref not in live:
                     orphans += 1
                     self._releasable.add(ref)
@@ -375,7 +239,7 @@ class ConfigurationReflector:
         absent: list[Reference] = []
         try:
             for ref, obj in zip(refs, objs, strict=True):
-                async with self._lock(obj):
+                async with self._locks.hold(obj):
                     outcome = await self._reconcile(pair, obj, confirm_missing=True)
                 if outcome.recheck is not None:
                     self.queue.add_after(obj.key(), outcome.recheck)
@@ -433,7 +297,7 @@ class ConfigurationReflector:
         def handler(_type: str, old: Any, new: Any) -> None:
             obj = new if new is not None else old
             ref = ObjectRef(kind, local_ns, fp.name_of(obj))
-            if self.index.referenced(ref) or self.index.waited_for(ref) or ref in self._applied:
+            if self.index.referenced(ref) or self.index.waited_for(ref) or ref in self.copies.applied:
                 self.queue.add(ref.key())
 
         return handler
@@ -441,28 +305,17 @@ class ConfigurationReflector:
     def _remote_handler(self, local_ns: str, kind: str) -> Callable[[str, Any, Any], None]:
         def handler(_type: str, old: Any, new: Any) -> None:
             obj = new if new is not None else old
-            ref = self._ref_of_remote(local_ns, kind, obj)
+            ref = self.copies.ref_of_remote(local_ns, kind, obj)
             if ref is None:
                 return
-            applied = self._applied.get(ref)
+            applied = self.copies.applied.get(ref)
             if applied is not None and (
-                new is None or fp.uid_of(new) != applied.uid or _rv(new) != applied.resource_version
+                new is None or fp.uid_of(new) != applied.uid or rv_of(new) != applied.resource_version
             ):
-                self._applied.pop(ref, None)  # not our last write: decide from the cache again
+                self.copies.applied.pop(ref, None)  # not our last write: decide from the cache again
             self.queue.add(ref.key())
 
         return handler
-
-    def _ref_of_remote(self, local_ns: str, kind: str, remote: Mapping[str, Any] | None) -> ObjectRef | None:
-        """The local object a remote copy stands for; None for what is not a plain copy of ours."""
-        if not is_reflected(remote, self.ctx.local_cluster_id, self.ctx.remote_cluster_id):
-            return None
-        if kind == SECRET and is_service_account_secret(remote or {}):
-            return None  # token Secrets belong to the ServiceAccount reflection
-        name = fp.name_of(remote)
-        if kind == CONFIGMAP:
-            name = local_configmap_name(name, self.ctx.local_cluster_id)
-        return ObjectRef(kind, local_ns, name)
 
     def _on_pool(self, _old: PoolState, new: PoolState) -> None:
         if new is not PoolState.CONNECTED:
@@ -478,9 +331,9 @@ class ConfigurationReflector:
         ref = ObjectRef.from_key(key)
         pair = self.pairs.get(ref.namespace)
         if pair is None or not pair.synced:
-            return None  # not reflected, or queued again by _when_synced
+            return None  # not reflected, or queued again by _prepare
         try:
-            async with self._lock(ref):
+            async with self._locks.hold(ref):
                 if self.index.referenced(ref):
                     outcome = await self._reconcile(pair, ref)
                     if outcome.ready:
@@ -491,15 +344,15 @@ class ConfigurationReflector:
                         return RequeueAfter(outcome.recheck)
                     return None
                 if ref in self._releasable:
-                    await self._release_remote(pair, ref)
+                    await self.copies.release(pair, ref)
                     self._releasable.discard(ref)
                     self._noted.pop(ref, None)
-        except ConfigurationPoolUnavailable:
+        except PoolUnavailable:
             self.parked.add(key)
         return None
 
     async def _reconcile(
-        self, pair: _ConfigPair, ref: ObjectRef, *, confirm_missing: bool = False
+        self, pair: ConfigPair, ref: ObjectRef, *, confirm_missing: bool = False
     ) -> _Outcome:
         """Make the remote copy of one referenced object match its local object (caller holds the lock).
 
@@ -511,9 +364,9 @@ class ConfigurationReflector:
             local = await self._get_local(ref)
         if ref.kind == CONFIGMAP and (reserved := reserved_name_reason(ref.name, self.ctx.local_cluster_id)):
             return self._refuse_reserved(ref, local, reserved)
-        remote = self._cached_remote(pair, ref)
+        remote = self.copies.cached(pair, ref)
         if local is None:
-            await self._delete_remote(pair, ref, "local object gone")
+            await self.copies.delete_ours(pair, ref, "local object gone")
             return self._not_ready(ref, NOT_FOUND)
         policy = self.policies[ref.kind]
         reason = (
@@ -522,7 +375,7 @@ class ConfigurationReflector:
             else configmap_skip_reason(local, policy=policy)
         )
         if reason is not None:
-            if await self._delete_remote(pair, ref, "reflection disabled for the object"):
+            if await self.copies.delete_ours(pair, ref, "reflection disabled for the object"):
                 message = (
                     c.sa_reflection_disabled_msg(self.ctx.remote_cluster_id)
                     if reason == SKIP_SA_TOKEN
@@ -531,29 +384,29 @@ class ConfigurationReflector:
                 self._event(local, ref, c.EVENT_TYPE_NORMAL, c.EVENT_REFLECTION_DISABLED, message)
             return self._not_ready(ref, reason)
         desired = self._forge(pair, ref.kind, local)
-        fingerprint = _fingerprint(desired)
-        if remote is not None and _matches(remote, desired):
-            self._applied[ref] = _Applied(fingerprint, fp.uid_of(remote), _rv(remote))
+        fingerprint = fingerprint_of(desired)
+        if remote is not None and copy_matches(remote, desired):
+            self.copies.applied[ref] = Applied(fingerprint, fp.uid_of(remote), rv_of(remote))
             return self._ready(ref)
-        applied = self._applied.get(ref)
+        applied = self.copies.applied.get(ref)
         if applied is not None and applied.fingerprint == fingerprint:
             return self._ready(ref)  # our own write, not in the cache yet
         return await self._apply(pair, ref, local, desired, fingerprint, remote)
 
     async def _apply(
         self,
-        pair: _ConfigPair,
+        pair: ConfigPair,
         ref: ObjectRef,
         local: Mapping[str, Any],
         desired: dict[str, Any],
         fingerprint: str,
         remote: Mapping[str, Any] | None,
     ) -> _Outcome:
-        self._require_pool()
-        remote_name = self._remote_name(ref)
+        require_pool(self.ctx.reach)
+        remote_name = self.copies.remote_name(ref)
         resource = RESOURCES[ref.kind]
         if remote is None:
-            existing = await self._get_remote(pair, ref, local)
+            existing = await self.copies.get(pair, ref, local)
             if existing is not None and not is_reflected(
                 existing, self.ctx.local_cluster_id, self.ctx.remote_cluster_id
             ):
@@ -568,8 +421,8 @@ class ConfigurationReflector:
                 return self._not_ready(ref, FOREIGN, recheck=FOREIGN_RECHECK_SECONDS)
             remote = existing  # ours, the cache has not shown it yet
         body = copy.deepcopy(desired)
-        if remote is not None and _needs_recreate(remote, desired):
-            await self._delete(pair, ref, remote, local, "type or immutable content changed")
+        if remote is not None and needs_recreate(remote, desired):
+            await self.copies.delete(pair, ref, remote, local, "type or immutable content changed")
             remote = None
         if remote is not None:
             # The copy is shared with the other virtual nodes of the namespace: keep their marks (with one
@@ -578,10 +431,10 @@ class ConfigurationReflector:
             body["metadata"]["labels"].update(other_node_marks(remote, self.ctx.node_name))
             # Ownership precondition: the apply fails (409) if the copy changed since we saw it ours.
             # Our own last write is newer than a cache that has not shown it yet.
-            applied = self._applied.get(ref)
+            applied = self.copies.applied.get(ref)
             same = applied is not None and applied.uid == fp.uid_of(remote)
             body["metadata"]["resourceVersion"] = (
-                applied.resource_version if same and applied else _rv(remote)
+                applied.resource_version if same and applied else rv_of(remote)
             )
         verb = "update" if remote is not None else "create"
         try:
@@ -590,38 +443,16 @@ class ConfigurationReflector:
             out = await self.ctx.pool.apply(
                 resource, body, pair.remote, field_manager=c.FIELD_MANAGER, force=remote is not None
             )
-            out = await self._prune(pair, ref, local, desired, out)
+            out = await self.copies.prune(pair, ref, desired, out)
         except ApiError as err:
-            raise self._write_error(verb, pair, ref, local, err) from None
-        self._applied[ref] = _Applied(fingerprint, fp.uid_of(out), _rv(out))
+            raise self.copies.write_error(verb, pair, ref, local, err) from None
+        self.copies.applied[ref] = Applied(fingerprint, fp.uid_of(out), rv_of(out))
         log.info(
             f"{ref.kind} reflected to the pool ({verb})",
             object=f"{ref.namespace}/{ref.name}",
             remote=f"{pair.remote}/{remote_name}",
         )
         return self._ready(ref)
-
-    async def _prune(
-        self,
-        pair: _ConfigPair,
-        ref: ObjectRef,
-        local: Mapping[str, Any],
-        desired: Mapping[str, Any],
-        out: dict[str, Any],
-    ) -> dict[str, Any]:
-        """Keys someone else added to our copy survive an apply (they own them): remove them."""
-        patch: dict[str, Any] = {}
-        for name in ("data", "binaryData"):
-            extra = [k for k in (out.get(name) or {}) if k not in (desired.get(name) or {})]
-            if extra:
-                patch[name] = dict.fromkeys(extra)
-        if not patch:
-            return out
-        patch["metadata"] = {"resourceVersion": _rv(out)}
-        log.info("removing keys added on the pool", object=f"{ref.namespace}/{ref.name}", kind=ref.kind)
-        return await self.ctx.pool.patch(
-            RESOURCES[ref.kind], self._remote_name(ref), patch, pair.remote, field_manager=c.FIELD_MANAGER
-        )
 
     async def _get_local(self, ref: ObjectRef) -> dict[str, Any] | None:
         try:
@@ -633,125 +464,9 @@ class ConfigurationReflector:
                 f"get {ref.kind} {ref.namespace}/{ref.name} at home: {err.status} {err.reason}"
             ) from None
 
-    async def _get_remote(
-        self, pair: _ConfigPair, ref: ObjectRef, local: Mapping[str, Any]
-    ) -> dict[str, Any] | None:
-        """Our cache only holds our copies: a GET finds a same-name foreign object before we write."""
-        try:
-            return await self.ctx.pool.get(RESOURCES[ref.kind], self._remote_name(ref), pair.remote)
-        except ApiError as err:
-            if err.not_found:
-                return None
-            raise self._write_error("get", pair, ref, local, err) from None
-
-    async def _delete_remote(self, pair: _ConfigPair, ref: ObjectRef, why: str) -> bool:
-        """Delete our copy if there is one (from the cache, or our own unseen write); True if deleted."""
-        remote = self._cached_remote(pair, ref)
-        applied = self._applied.get(ref)
-        if remote is None and applied is None:
-            return False
-        target: Mapping[str, Any] = (
-            remote if remote is not None else {"metadata": {"uid": applied.uid if applied else ""}}
-        )
-        return await self._delete(pair, ref, target, None, why)
-
-    async def _release_remote(self, pair: _ConfigPair, ref: ObjectRef) -> None:
-        """No pod of this node references the object any more: the copy goes only if no other node marks it.
-
-        Two virtual nodes mapping the same remote namespace share the copy; each marks it while one of its
-        pods needs it. Deleting (or unmarking) is conditional on the resourceVersion we decided on, so a
-        mark another node adds meanwhile makes it conflict (``_CopyChanged``) rather than be lost.
-        """
-        remote = self._cached_remote(pair, ref)
-        if remote is None and ref in self._applied:
-            # Our own write, not in the cache yet: read it, its marks decide.
-            existing = await self._get_remote(pair, ref, {})
-            if existing is not None and self._ref_of_remote(pair.local, ref.kind, existing) == ref:
-                remote = existing
-        if remote is None:
-            self._applied.pop(ref, None)
-            return
-        why = "no reflected pod of this node references it"
-        action = release_action(remote, self.ctx.node_name)
-        if action == "delete":
-            await self._delete(pair, ref, remote, None, why, resource_version=_rv(remote) or None)
-        elif action == "unmark":
-            await self._unmark(pair, ref, remote)
-        else:
-            self._applied.pop(ref, None)
-
-    async def _unmark(self, pair: _ConfigPair, ref: ObjectRef, remote: Mapping[str, Any]) -> None:
-        self._require_pool()
-        mark = node_mark(self.ctx.node_name)
-        patch = {"metadata": {"resourceVersion": _rv(remote), "labels": {mark: None}}}
-        try:
-            await self.ctx.pool.patch(
-                RESOURCES[ref.kind], self._remote_name(ref), patch, pair.remote, field_manager=c.FIELD_MANAGER
-            )
-        except ApiError as err:
-            if err.conflict:
-                raise _CopyChanged.releasing(ref) from None
-            if not err.not_found:
-                raise self._write_error("unmark", pair, ref, None, err) from None
-        self._forget_applied(
-            pair,
-            ref,
-            f"{ref.kind} left on the pool for other virtual nodes",
-            nodes=sorted(other_node_marks(remote, self.ctx.node_name)),
-        )
-
-    async def _delete(
-        self,
-        pair: _ConfigPair,
-        ref: ObjectRef,
-        remote: Mapping[str, Any],
-        local: Mapping[str, Any] | None,
-        why: str,
-        *,
-        resource_version: str | None = None,
-    ) -> bool:
-        """Delete with a UID precondition; with ``resource_version`` too, a changed copy raises
-        ``_CopyChanged`` (another node marked it meanwhile) instead of counting as gone."""
-        uid = fp.uid_of(remote)
-        if not uid:
-            return False  # never an unconditional delete
-        self._require_pool()
-        try:
-            await self.ctx.pool.delete(
-                RESOURCES[ref.kind],
-                self._remote_name(ref),
-                pair.remote,
-                preconditions_uid=uid,
-                preconditions_resource_version=resource_version,
-            )
-        except ApiError as err:
-            if err.conflict and resource_version is not None:
-                raise _CopyChanged.releasing(ref) from None
-            if not (err.not_found or err.conflict):
-                raise self._write_error("delete", pair, ref, local, err) from None
-        self._forget_applied(pair, ref, f"{ref.kind} deleted from the pool", reason=why)
-        return True
-
-    def _forget_applied(self, pair: _ConfigPair, ref: ObjectRef, message: str, **kv: object) -> None:
-        """The pool copy is no longer ours (deleted, or left to other nodes): drop it and say where it was."""
-        self._applied.pop(ref, None)
-        where = f"{pair.remote}/{self._remote_name(ref)}"
-        log.info(message, object=f"{ref.namespace}/{ref.name}", remote=where, **kv)
-
     # ------------------------------------------------------------------------------------------ helpers
 
-    def _cached_remote(self, pair: _ConfigPair, ref: ObjectRef) -> dict[str, Any] | None:
-        remote = pair.remote_caches[ref.kind].get(f"{pair.remote}/{self._remote_name(ref)}")
-        if remote is None or self._ref_of_remote(pair.local, ref.kind, remote) != ref:
-            return None  # ownership guard: only our labelled copies are ever touched
-        return remote
-
-    def _remote_name(self, ref: ObjectRef) -> str:
-        if ref.kind == CONFIGMAP:
-            return remote_configmap_name(ref.name, self.ctx.local_cluster_id)
-        return ref.name
-
-    def _forge(self, pair: _ConfigPair, kind: str, local: Mapping[str, Any]) -> dict[str, Any]:
+    def _forge(self, pair: ConfigPair, kind: str, local: Mapping[str, Any]) -> dict[str, Any]:
         forge = forge_remote_secret if kind == SECRET else forge_remote_configmap
         return forge(
             local,
@@ -794,43 +509,9 @@ class ConfigurationReflector:
             api_version="v1",
         )
 
-    def _require_pool(self) -> None:
-        if not self.ctx.reach.connected:
-            raise ConfigurationPoolUnavailable(self.ctx.reach.state.value)
-
-    def _write_error(
-        self, verb: str, pair: _ConfigPair, ref: ObjectRef, local: Mapping[str, Any] | None, err: ApiError
-    ) -> Exception:
-        if err.status == 0:  # no answer: the pool may be gone; ask the pinger to look now
-            self.ctx.reach.report_failure()
-            return ConfigurationPoolUnavailable(f"{verb} {ref.kind} {pair.remote}/{self._remote_name(ref)}")
-        message = _scrub(err.message, local if ref.kind == SECRET else None)[:300]
-        return ConfigurationWriteError(
-            f"{verb} {ref.kind} {pair.remote}/{self._remote_name(ref)} on the pool: "
-            f"{err.status} {err.reason}: {message}"
-        )
-
-    @contextlib.asynccontextmanager
-    async def _lock(self, ref: ObjectRef) -> AsyncIterator[None]:
-        """One writer per object at a time (pod workers and our own workers share the object)."""
-        entry = self._locks.setdefault(ref, _Lock())
-        entry.users += 1
-        try:
-            async with entry.lock:
-                yield
-        finally:
-            entry.users -= 1
-            if entry.users == 0:
-                self._locks.pop(ref, None)
-
     def _on_result(self, key: str, ok: bool, _duration: float) -> None:
         ref = ObjectRef.from_key(key)
-        labels = self.ctx.metric_labels(ref.namespace, ref.kind)
-        if ok:
-            self.ctx.metrics.reflection_items.labels(**labels).inc()
-        else:
-            self.ctx.metrics.reflection_errors.labels(**labels).inc()
-            self.ctx.metrics.queue_retries.labels(queue="configuration").inc()
+        count_result(self.ctx, ref.namespace, ref.kind, ok)
 
     def stats(self) -> dict[str, int]:
         """For gauges and logs: referenced objects, pending deletions, queued keys, parked keys."""

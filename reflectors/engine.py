@@ -10,25 +10,21 @@ is not offloaded at all goes to the fallback. While the pool is away, keys that 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from reflectors.configuration import (
-    ConfigurationNotReady,
-    ConfigurationPoolUnavailable,
-    ConfigurationReflector,
-)
+from reflectors.configuration import ConfigurationNotReady, ConfigurationReflector
 from reflectors.context import ReflectionContext
-from reflectors.events import RemoteEventReflector
-from reflectors.fallback import FallbackPoolUnavailable, FallbackReflector
+from reflectors.fallback import FallbackReflector
 from reflectors.forge import constants as c
 from reflectors.forge import names as fnames
 from reflectors.forge import pods as fp
 from reflectors.forge.shadowpod import remote_pod_of
+from reflectors.generic import PoolUnavailable, Reflector, count_result
 from reflectors.pairs import NamespacePair, new_pair, remote_selector
-from reflectors.pods import PodReflector, PoolUnavailable
+from reflectors.pods import PodReflector
+from reflectors.remote_events import RemoteEventReflector
 from vkbridge.grant import Admission, Grant
 from vkbridge.kube.cache import Cache, object_key
 from vkbridge.kube.client import NAMESPACEMAPS, PODS
@@ -113,10 +109,9 @@ class ReflectionEngine:
             name="consumer/namespacemaps",
             inactivity_timeout=inactivity_timeout,
         )
-        self.queue: WorkQueue[str] = WorkQueue("pods")
+        self.queue: WorkQueue[str] = WorkQueue("pods", metrics=ctx.metrics.workqueue("pods"))
         self.pairs: dict[str, NamespacePair] = {}
         self.parked: set[str] = set()
-        self.waiting: dict[str, str] = {}  # keys waiting for the grant -> creationTimestamp (oldest first)
         self.configuration = ConfigurationReflector(
             ctx,
             configuration_workers,
@@ -126,21 +121,16 @@ class ReflectionEngine:
             configmap_policy=configmap_policy,
             inactivity_timeout=inactivity_timeout,
         )
-        self.pods = PodReflector(
-            ctx,
-            self.local_pods,
-            admission,
-            self._on_grant_wait,
-            self._on_release,
-            self.configuration,
-            on_grant_done=self._on_grant_done,
-        )
+        self.pods = PodReflector(ctx, self.local_pods, admission, self.configuration)
+        admission.on_freed(self._on_freed)
         # read at scrape time: exact the moment a pod is admitted, deleted or finishes
-        ctx.metrics.pods_waiting_for_grant.set_function(lambda: len(self.waiting))
+        ctx.metrics.pods_waiting_for_grant.set_function(lambda: len(admission.waiters))
         self.fallback = FallbackReflector(ctx)
         self.events = RemoteEventReflector(
             ctx, self.local_pods, event_workers, inactivity_timeout=inactivity_timeout
         )
+        # Every reflector beside the pods' one, driven the same way: workers, and one pair per namespace.
+        self.reflectors: tuple[Reflector, ...] = (self.configuration, self.events)
         self._selector = remote_selector(ctx.node_name, ctx.local_cluster_id, ctx.remote_cluster_id)
         self._tg: asyncio.TaskGroup | None = None
         self._pairs_dirty = asyncio.Event()
@@ -162,7 +152,8 @@ class ReflectionEngine:
             self._tg = tg
             tg.create_task(self.local_pods.run(), name="cache-local-pods")
             tg.create_task(self.namespace_maps.run(), name="cache-namespacemaps")
-            tg.create_task(self.configuration.run(), name="configuration-workers")
+            for reflector in self.reflectors:
+                tg.create_task(reflector.run(), name=f"{reflector.name}-workers")
             await self.namespace_maps.wait_synced()
             await self.local_pods.wait_synced()
             log.info(
@@ -177,14 +168,13 @@ class ReflectionEngine:
                 name="pod-workers",
             )
             tg.create_task(self._gauges_loop(), name="reflection-gauges")
-            tg.create_task(self.events.run(), name="event-workers")
             for key in self.local_pods.keys():
                 self.queue.add(key)
 
     def stop(self) -> None:
         self.queue.shutdown()
-        self.events.stop()
-        self.configuration.stop()
+        for reflector in self.reflectors:
+            reflector.stop()
 
     # ------------------------------------------------------------------------------------------ pairs
 
@@ -232,22 +222,19 @@ class ReflectionEngine:
         pair.shadows.subscribe(lambda _t, old, new: self._account(pair, old, new))
         for cache in pair.caches():
             pair.tasks.append(self._tg.create_task(cache.run(), name=f"cache-{cache.name}"))
-        self.configuration.start_pair(local, remote, self._tg.create_task)
+        for reflector in self.reflectors:
+            reflector.start_pair(local, remote, self._tg.create_task)
         pair.tasks.append(self._tg.create_task(self._when_synced(pair), name=f"pair-sync-{local}"))
         self.pairs[local] = pair
         self.unpaired.pop(local, None)
-        self.events.start_pair(local, remote, self._tg.create_task)
         log.info("reflection starting", namespace=local, remote=remote)
 
     def _stop_pair(self, pair: NamespacePair) -> None:
         for task in pair.tasks:
             task.cancel()
-        self.pods.release_namespace(pair.local)  # its ShadowPods are out of sight now: no leaked share
-        prefix = pair.local + "/"
-        for key in [k for k in self.waiting if k.startswith(prefix)]:
-            del self.waiting[key]  # they wait for a pair now, not for the grant
-        self.events.stop_pair(pair.local)
-        self.configuration.stop_pair(pair.local)
+        self.pods.charges.release_namespace(pair.local)  # its ShadowPods are out of sight: no leaked share
+        for reflector in self.reflectors:
+            reflector.stop_pair(pair.local)
         log.info("reflection stopped", namespace=pair.local, remote=pair.remote)
         self.unpaired[pair.local] = pair.remote  # its terminating pods: the fallback looks there first
         self._requeue_gated()
@@ -277,19 +264,20 @@ class ReflectionEngine:
             self._requeue_waiting()
 
     async def _wait_pair(self, pair: NamespacePair, timeout: float | None) -> bool:
-        """Wait for the pair's pod and configuration caches; False if ``timeout`` passed first."""
+        """Wait for the pair's pod caches and those of the reflectors pods wait for; False if ``timeout``
+        passed first."""
         try:
             async with asyncio.timeout(timeout):
                 await pair.shadows.wait_synced()
                 await pair.remote_pods.wait_synced()
-                await self.configuration.wait_synced(pair.local)
+                for reflector in self._gates():
+                    await reflector.wait_synced(pair.local)
         except TimeoutError:
             return False
         return True
 
     def _pair_problem(self, pair: NamespacePair) -> str:
-        config = self.configuration.pairs.get(pair.local)
-        caches = [*pair.caches(), *(config.caches() if config is not None else ())]
+        caches = [*pair.caches(), *(c for r in self._gates() for c in r.caches_of(pair.local))]
         stuck = [f"{c.name}: {c.problem or c.state}" for c in caches if not c.synced]
         return "; ".join(stuck) or "configuration not synced"
 
@@ -313,7 +301,10 @@ class ReflectionEngine:
         return all(self._pair_synced(p) for p in self.pairs.values())
 
     def _pair_synced(self, pair: NamespacePair) -> bool:
-        return pair.synced and self.configuration.synced(pair.local)
+        return pair.synced and all(r.synced(pair.local) for r in self._gates())
+
+    def _gates(self) -> list[Reflector]:
+        return [r for r in self.reflectors if r.gates_pods]
 
     def _account(
         self, pair: NamespacePair, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
@@ -323,10 +314,10 @@ class ReflectionEngine:
         name = fp.name_of(new if new is not None else old)
         key = f"{pair.local}/{name}"
         if new is None:
-            self.pods.release_gone(key, old)
+            self.pods.charges.release_gone(key, old)
             return
         remote = remote_pod_of(new, pair.remote_pods.get(f"{pair.remote}/{name}"))
-        self.pods.account(key, self.local_pods.get(key), new, remote)
+        self.pods.charges.account(key, self.local_pods.get(key), new, remote)
 
     # ------------------------------------------------------------------------------------------ routing
 
@@ -347,7 +338,7 @@ class ReflectionEngine:
             if pair.phase != "Accepted" and local is not None and not fp.is_terminating(local):
                 return None  # the pool is removing this namespace: send nothing new, abort nothing
             return await self.pods.handle(key, pair)  # new admissions wait on _admission_gate
-        except (PoolUnavailable, ConfigurationPoolUnavailable, FallbackPoolUnavailable) as err:
+        except PoolUnavailable as err:
             if self.ctx.reach.connected:
                 # One request failed in transit (a tunnel reset) but the pinger still reaches the pool:
                 # parking would wait for a Lost -> Connected transition that may never come. Retry soon;
@@ -386,7 +377,6 @@ class ReflectionEngine:
             key = object_key(obj)
             ns = key.split("/", 1)[0]
             if new is None:
-                self.pods.arrived.pop(key, None)  # never handled by the pod reflector (no pair)
                 self._told_refused.discard(key)
                 self._ns_pods[ns] -= 1
                 if self._ns_pods[ns] <= 0:
@@ -395,9 +385,7 @@ class ReflectionEngine:
                         self._requeue_gated()  # that namespace may have been what held them
             elif old is None:
                 self._ns_pods[ns] += 1
-                if key not in self.pods.infos:
-                    self.pods.arrived[key] = time.monotonic()
-            self.queue.add(key)
+            self.queue.add(key)  # the pod reflector stamped its arrival already (it subscribed first)
 
     def _on_pool(self, old: PoolState, new: PoolState) -> None:
         if new is not PoolState.CONNECTED:
@@ -437,42 +425,29 @@ class ReflectionEngine:
         log.info("grant changed", grant=",".join(f"{k}={v}" for k, v in sorted(grant.items())))
         self._requeue_waiting()
 
-    def _on_grant_wait(self, key: str, created: str) -> None:
-        self.waiting[key] = created
-
-    def _on_grant_done(self, key: str) -> None:
-        self.waiting.pop(key, None)
-
-    def _on_release(self, key: str) -> None:
-        self.waiting.pop(key, None)
-        if self.waiting and not self._requeue_waiting_pending:
+    def _on_freed(self) -> None:
+        """The ledger freed a charge while pods wait: re-queue them once the current handle is done."""
+        if not self._requeue_waiting_pending:
             self._requeue_waiting_pending = True
             asyncio.get_running_loop().call_soon(self._requeue_waiting)
 
     def _requeue_waiting(self) -> None:
         """Pods waiting for the grant get another chance, oldest first."""
         self._requeue_waiting_pending = False
-        for key, _created in sorted(self.waiting.items(), key=lambda kv: (kv[1], kv[0])):
+        for key in self.admission.waiting_oldest_first():
             if self.local_pods.get(key) is None:
-                self.waiting.pop(key, None)
+                self.admission.stop_waiting(key)
                 continue
             self.queue.add(key)
 
     # ------------------------------------------------------------------------------------------ metrics
 
     def _on_result(self, key: str, ok: bool, _duration: float) -> None:
-        labels = self.ctx.metric_labels(key.split("/", 1)[0], c.REFLECTOR_POD)
-        if ok:
-            self.ctx.metrics.reflection_items.labels(**labels).inc()
-        else:
-            self.ctx.metrics.reflection_errors.labels(**labels).inc()
-            self.ctx.metrics.queue_retries.labels(queue="pods").inc()
+        count_result(self.ctx, key.split("/", 1)[0], c.REFLECTOR_POD, ok)
 
     async def _gauges_loop(self) -> None:
         m = self.ctx.metrics
         while True:
-            m.queue_depth.labels(queue="pods").set(len(self.queue))
-            m.queue_depth.labels(queue="configuration").set(len(self.configuration.queue))
             m.reflected_pods.set(sum(len(p.shadows) for p in self.pairs.values()))
             for resource, value in self.admission.grant.resources.items():
                 m.grant.labels(resource=resource).set(float(value))

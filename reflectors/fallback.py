@@ -16,7 +16,8 @@ from reflectors.context import ReflectionContext
 from reflectors.forge import constants as c
 from reflectors.forge import pods as fp
 from reflectors.forge.fallback import FallbackAction, decide_fallback, fallback_message
-from reflectors.forge.status import rejected_status, status_equal
+from reflectors.forge.status import rejected_status, status_equal, status_patch
+from reflectors.generic import pool_failure, require_pool
 from vkbridge.kube.client import PODS, SHADOWPODS, ApiError, Resource
 from vkbridge.kube.workqueue import RequeueAfter
 from vkbridge.logs import get_logger
@@ -26,10 +27,6 @@ log = get_logger("reflectors.fallback")
 
 # While a just-unpaired namespace's ShadowPod or remote pod is still on the pool, look again this often.
 POOL_LEFTOVER_RETRY_SECONDS = 2.0
-
-
-class FallbackPoolUnavailable(Exception):
-    """The pool must be asked before a local pod is removed and it is not Connected: the key is parked."""
 
 
 class FallbackReflector:
@@ -66,10 +63,8 @@ class FallbackReflector:
         new = rejected_status(dict(local), phase, reason, dt.datetime.now(dt.UTC))
         if status_equal(dict(fp.status_of(local)), new):
             return None
-        current = fp.status_of(local)
-        patch = {k: v for k, v in new.items() if current.get(k) != v}
-        patch.update({k: None for k in current if k not in new})
-        await self.ctx.home.patch(PODS, name, {"status": patch}, ns, subresource="status")
+        patch = {"status": status_patch(fp.status_of(local), new)}
+        await self.ctx.home.patch(PODS, name, patch, ns, subresource="status", field_manager=c.FIELD_MANAGER)
         message = fallback_message(dict(local), self.ctx.remote_cluster_id)
         self.ctx.recorder.event(local, "Warning", c.EVENT_REFLECTION_DISABLED, message)
         log.info(f"pod marked {phase} ({reason}): the pool may not run it", pod=key, why=message[:200])
@@ -78,8 +73,7 @@ class FallbackReflector:
     async def _left_on_pool(self, key: str, name: str, remote_namespace: str) -> bool:
         """Is our ShadowPod or remote pod for this pod still on the pool? The ShadowPod is deleted (UID
         precondition), as the pod reflector would have; the remote pod then goes with it."""
-        if not self.ctx.reach.connected:
-            raise FallbackPoolUnavailable(self.ctx.reach.state.value)
+        require_pool(self.ctx.reach)  # the pool must be asked before a local pod is removed
         shadow = await self._get_ours(SHADOWPODS, name, remote_namespace)
         if shadow is not None:
             if not fp.is_terminating(shadow):
@@ -100,9 +94,9 @@ class FallbackReflector:
         except ApiError as err:
             if err.not_found:
                 return None
-            if err.status == 0:
-                self.ctx.reach.report_failure()
-                raise FallbackPoolUnavailable(str(err)) from err
+            gone = pool_failure(self.ctx.reach, err)
+            if gone is not None:
+                raise gone from err
             raise
         labels = fp.labels_of(obj)
         ours = (

@@ -9,21 +9,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any, Protocol
 
+from reflectors.charges import PodCharges
 from reflectors.context import ReflectionContext
 from reflectors.forge import constants as c
 from reflectors.forge import notices as fn
 from reflectors.forge import pods as fp
-from reflectors.forge.references import Reference, not_found_events
+from reflectors.forge.references import Reference
 from reflectors.forge.shadowpod import (
     controlling_shadow_uid,
     forge_shadowpod,
-    ignored_apiserver_override,
     is_stale_shadow,
     local_pod_uid_of,
+    metadata_patch,
     needs_update,
     remote_pod_of,
 )
@@ -33,10 +32,21 @@ from reflectors.forge.status import (
     rejected_status,
     restarts_on_remote_change,
     status_equal,
+    status_patch,
 )
+from reflectors.generic import pool_failure, require_pool
 from reflectors.pairs import NamespacePair
-from vkbridge.grant import Admission, Decision, pod_requests, spec_requests
-from vkbridge.kube.cache import Cache
+from reflectors.podinfo import (
+    PodInfo,
+    already_written,
+    ms,
+    tell_ignored_apiserver_override,
+    tell_not_applied,
+    tell_not_found,
+    tell_remote_pod_missing,
+)
+from vkbridge.grant import Admission, pod_requests
+from vkbridge.kube.cache import Cache, object_key
 from vkbridge.kube.client import PODS, SHADOWPODS, ApiError
 from vkbridge.kube.workqueue import RequeueAfter
 from vkbridge.logs import get_logger
@@ -70,80 +80,44 @@ class ConfigurationPort(Protocol):
     def absent_references(self, pod_key: str) -> tuple[Reference, ...]: ...
 
 
-class PoolUnavailable(Exception):
-    """Raised before (or instead of) a remote write while the pool is not Connected: the key is parked."""
-
-
-@dataclass
-class PodInfo:
-    """What we remember about one local pod between handles (never persisted: rebuilt on restart)."""
-
-    first_seen: float = field(default_factory=time.monotonic)
-    created_at: float | None = None
-    shadow_seen: bool = False
-    remote_uid: str | None = None
-    restarts: int = 0
-    remote_running_seen: float | None = None
-    running_logged: bool = False
-    pending_change_since: float | None = None
-    # (local resourceVersion written over, status written) until the cache shows the write: a handle run
-    # by a pool event before our own write comes back must not write the same status again
-    status_written: tuple[str, dict[str, Any]] | None = None
-    metadata_sig: tuple[Any, ...] | None = None
-    waiting_message: str | None = None
-    config_message: str | None = None
-    hinted_no_requests: bool = False
-    local_uid: str | None = None  # the local pod this memory is about (a same-name replacement resets it)
-    replacing: str | None = None  # UID of an earlier pod's ShadowPod being deleted before ours is created
-    gate_message: str | None = None
-    told_apiserver_ignored: bool = False
-    told_ephemeral: set[str] = field(default_factory=set)  # ephemeral containers already warned about
-    resize_generation: Any = None  # metadata.generation last checked for an in-place resize
-    resize_message: str | None = None  # why the current resize is Infeasible (None: no resize pending)
-    no_remote_since: float | None = None  # ShadowPod seen without a remote pod since
-    told_no_remote: bool = False
-
-
-def already_written(info: PodInfo, local_rv: str, new: Mapping[str, Any]) -> bool:
-    """True if ``new`` is the status we last wrote and the cached local pod predates that write (its
-    resourceVersion is the one we wrote over). Forgets the write once the cache has moved past it."""
-    if info.status_written is None:
-        return False
-    over_rv, written = info.status_written
-    if local_rv != over_rv:
-        info.status_written = None
-        return False
-    return status_equal(written, dict(new))
-
-
 class PodReflector:
     def __init__(
         self,
         ctx: ReflectionContext,
         local_pods: Cache,
         admission: Admission,
-        on_grant_wait: Callable[[str, str], None],
-        on_release: Callable[[str], None],
         configuration: ConfigurationPort,
-        on_grant_done: Callable[[str], None] = lambda _key: None,
     ) -> None:
         self.ctx = ctx
         self.local_pods = local_pods
         self.admission = admission
-        self._on_grant_wait = on_grant_wait
-        self._on_release = on_release
-        self._on_grant_done = on_grant_done  # the pod no longer waits for the grant (admitted, gone, ...)
+        # At most one charge per pod name, by UID: a same-name replacement never inherits its predecessor's.
+        self.charges = PodCharges(admission)
         self.configuration = configuration
         self.infos: dict[str, PodInfo] = {}
         # Why a new ShadowPod must wait before admission (None: it may go); the engine sets it.
         self.admission_gate: Callable[[str], str | None] = lambda _key: None
-        # local pod key -> its ledger key: the UID of the local pod its ShadowPod was made for. At most one
-        # charge per name; by UID so a same-name replacement never inherits its predecessor's charge.
-        self.charged: dict[str, str] = {}
         # When each pod first reached our cache bound to the node: the outbound latency counts the time it
         # waited in the queue too, not only our handling of it.
         self.arrived: dict[str, float] = {}
         self.remote_pod_missing_after = REMOTE_POD_MISSING_SECONDS
+        local_pods.subscribe(self._on_local)
+
+    @property
+    def charged(self) -> dict[str, str]:
+        """Local pod key -> its charge's key in the ledger (the local pod's UID)."""
+        return self.charges.charged
+
+    def _on_local(self, _type: str, old: Any, new: Any) -> None:
+        """Stamps each pod's arrival (before the engine queues it); forgets a pod that went unhandled."""
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        key = object_key(obj)
+        if new is None:
+            self.arrived.pop(key, None)  # never handled by us (its namespace was not paired)
+        elif old is None and key not in self.infos:
+            self.arrived[key] = time.monotonic()
 
     # ------------------------------------------------------------------------------------------ entry
 
@@ -155,9 +129,9 @@ class PodReflector:
 
         if local is None:
             if shadow is None or fp.is_terminating(shadow):
-                self._release(key)
+                self.charges.release(key)
             else:
-                self._on_grant_done(key)  # the share goes when the pool shows the ShadowPod deleted
+                self.admission.stop_waiting(key)  # the share goes when the pool shows the ShadowPod deleted
             self.configuration.release_pod(key)
             self.infos.pop(key, None)
             self.arrived.pop(key, None)
@@ -183,7 +157,7 @@ class PodReflector:
         ):
             if shadow is not None and not fp.is_terminating(shadow):
                 await self._delete_shadow(key, shadow, "pod was aborted")
-            self._release(key)
+            self.charges.release(key)
             self.configuration.release_pod(key)
             return None
 
@@ -192,7 +166,7 @@ class PodReflector:
             # whatever the remote pod shows, share freed (liqo#3137); a pool still running it is stopped.
             if shadow is not None and not fp.is_terminating(shadow) and _still_running(remote):
                 await self._delete_shadow(key, shadow, f"local pod is {fp.phase_of(local)}")
-            self._release(key)
+            self.charges.release(key)
             self.configuration.release_pod(key)
             return None
 
@@ -211,11 +185,11 @@ class PodReflector:
         info.shadow_seen = True
         if info.created_at is None:
             info.created_at = time.monotonic() - CREATION_GRACE_SECONDS  # found at start-up
-        self.account(key, local, shadow, remote)
+        self.charges.account(key, local, shadow, remote)
         self.configuration.track_pod(pair.local, local)
         if not fp.has_remote_unavailable_label(local):
             await self._sync_metadata(key, local, shadow, pair)
-        self._tell_not_applied(local, shadow, info)
+        tell_not_applied(self.ctx, local, shadow, info)
         return await self._sync_status(key, local, shadow, remote, info)
 
     # ------------------------------------------------------------------------------------------ steps
@@ -249,7 +223,7 @@ class PodReflector:
                         local, "Warning", c.EVENT_FAILED_DELETION, c.failed_deletion_msg(err)
                     )
                     raise
-            self._release(key)
+            self.charges.release(key)
             self.infos.pop(key, None)
             log.info("pod removed: nothing left on the pool", pod=key)
             return None
@@ -271,7 +245,9 @@ class PodReflector:
         info.gate_message = None
         if not self.admission.grant.resources:
             return RequeueAfter(2.0)  # the grant is not known yet (ResourceSlice not granted): wait quietly
-        requests = self._requests(local)
+        # The pod's charge, ``pods: 1`` included: the ledger checks only the names the grant has at the
+        # moment, so the charge stays right when the grant starts listing ``pods``.
+        requests = pod_requests(local)
         if not info.hinted_no_requests and not (requests.get("cpu") or requests.get("memory")):
             info.hinted_no_requests = True
             log.info(
@@ -279,16 +255,14 @@ class PodReflector:
                 "(declare requests, user guide section 3.8)",
                 pod=key,
             )
-        decision = self._admit(key, local, requests)
+        decision = self.charges.admit(key, local, requests)  # a pod that does not fit waits in the ledger
         if not decision.ok:
             message = decision.message
             if info.waiting_message != message:
                 info.waiting_message = message
                 log.info("pod waits for the grant", pod=key, reason=message)
                 self.ctx.recorder.event(local, "Warning", c.EVENT_FAILED_REFLECTION, message)
-            self._on_grant_wait(key, fp.meta(local).get("creationTimestamp") or "")
             return None
-        self._on_grant_done(key)
         if info.waiting_message is not None:
             log.info("pod admitted by the grant", pod=key)
             info.waiting_message = None
@@ -296,28 +270,28 @@ class PodReflector:
         try:
             missing = await self.configuration.ensure_for_pod(pair.local, local)
         except Exception:
-            self._release(key)  # no grant share held while its Secrets/ConfigMaps cannot be written
+            self.charges.release(key)  # no grant share held while its Secrets/ConfigMaps cannot be written
             raise
         if missing:
-            self._release(key)  # its grant share goes back while it waits
+            self.charges.release(key)  # its grant share goes back while it waits
             message = self.configuration.missing_message(missing)
             if info.config_message != message:
                 info.config_message = message
                 log.info("pod waits for referenced objects", pod=key, missing=", ".join(missing))
                 self.ctx.recorder.event(local, "Warning", c.EVENT_FAILED_REFLECTION, message)
-                self._tell_not_found(local, key, optional=False)
+                tell_not_found(self.ctx, local, self.configuration.absent_references(key), optional=False)
             return None
         info.config_message = None
 
         self._require_pool()
-        self._tell_ignored_apiserver_override(local, info)
+        tell_ignored_apiserver_override(self.ctx, local, info)
         body = self._forge(local, pair, None)
         try:
             await self.ctx.pool.create(SHADOWPODS, body, pair.remote, field_manager=c.FIELD_MANAGER)
         except ApiError as err:
             if err.already_exists:
                 return await self._adopt_existing(key, local, pair, info)
-            self._release(key)
+            self.charges.release(key)
             self._pool_error(err)
             if not err.conflict:
                 self.ctx.recorder.event(
@@ -336,9 +310,9 @@ class PodReflector:
             c.EVENT_SUCCESSFUL_REFLECTION,
             c.successful_reflection_msg(self.ctx.remote_cluster_id),
         )
-        self._tell_not_found(local, key, optional=True)
+        tell_not_found(self.ctx, local, self.configuration.absent_references(key), optional=True)
         log.info(
-            "ShadowPod created", pod=key, remote=f"{pair.remote}/{key.split('/', 1)[1]}", elapsed=_ms(elapsed)
+            "ShadowPod created", pod=key, remote=f"{pair.remote}/{key.split('/', 1)[1]}", elapsed=ms(elapsed)
         )
         return None
 
@@ -379,7 +353,7 @@ class PodReflector:
             self._pool_error(err)
             raise
         if not self._ours(existing):
-            self._release(key)
+            self.charges.release(key)
             msg = c.failed_reflection_already_exists_msg(self.ctx.remote_cluster_id)
             if info.waiting_message != msg:
                 info.waiting_message = msg
@@ -411,7 +385,7 @@ class PodReflector:
                 info.metadata_sig = sig
             return
         self._require_pool()
-        patch = _metadata_patch(shadow, desired)
+        patch = metadata_patch(shadow, desired)
         try:
             await self.ctx.pool.patch(
                 SHADOWPODS, key.split("/", 1)[1], patch, pair.remote, field_manager=c.FIELD_MANAGER
@@ -437,10 +411,10 @@ class PodReflector:
                 if overrides_terminal(local, new):
                     return None
                 await self._write_status(key, local, new)
-                self._release(key)
+                self.charges.release(key)
                 return None
             if shadow is not None and not fp.is_terminating(shadow):
-                return self._tell_remote_pod_missing(local, shadow, info)
+                return tell_remote_pod_missing(self.ctx, local, shadow, info, self.remote_pod_missing_after)
             return None
         info.no_remote_since, info.told_no_remote = None, False
 
@@ -486,7 +460,7 @@ class PodReflector:
         await self._write_status(key, local, new)
         info.status_written = (local_rv, new)
         if new.get("phase") in ("Succeeded", "Failed"):
-            self._release(key)
+            self.charges.release(key)
             log.info("pod finished on the pool", pod=key, phase=new.get("phase"))
         if new.get("phase") == "Running" and not info.running_logged:
             info.running_logged = True
@@ -494,16 +468,18 @@ class PodReflector:
             if info.remote_running_seen is not None:
                 added = time.monotonic() - info.remote_running_seen
                 self.ctx.metrics.reflection_latency.labels(direction="inbound").observe(added)
-            log.info("local pod Running", pod=key, since_bound=_ms(total))
+            log.info("local pod Running", pod=key, since_bound=ms(total))
         return None
 
     async def _write_status(self, key: str, local: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         ns, name = key.split("/", 1)
-        patch: dict[str, Any] = {"status": _status_patch(fp.status_of(local), new)}
+        patch: dict[str, Any] = {"status": status_patch(fp.status_of(local), new)}
         if fp.labels_of(local).get(c.LOCAL_POD_LABEL) != c.LOCAL_POD_LABEL_VALUE:
             patch["metadata"] = {"labels": {c.LOCAL_POD_LABEL: c.LOCAL_POD_LABEL_VALUE}}
         try:
-            await self.ctx.home.patch(PODS, name, patch, ns, subresource="status")
+            await self.ctx.home.patch(
+                PODS, name, patch, ns, subresource="status", field_manager=c.FIELD_MANAGER
+            )
         except ApiError as err:
             if err.not_found:
                 return
@@ -546,59 +522,6 @@ class PodReflector:
             existing=None if existing is None else dict(existing),
         )
 
-    def _tell_not_found(self, local: Mapping[str, Any], key: str, *, optional: bool) -> None:
-        """The upstream virtual-kubelet's Mandatory*/Optional*NotFound events, beside Liqo's."""
-        absent = self.configuration.absent_references(key)
-        for etype, reason, message in not_found_events(absent, optional=optional):
-            self.ctx.recorder.event(local, etype, reason, message)
-
-    def _tell_not_applied(self, local: Mapping[str, Any], shadow: Mapping[str, Any], info: PodInfo) -> None:
-        """One Warning per ephemeral container (never sent: `kubectl debug`) and per in-place resize (the
-        ShadowPod spec is frozen, invariant 5). Cheap on the hot path: a resize is looked for only when the
-        pod's generation moved (it counts spec changes since Kubernetes 1.34)."""
-        if fp.spec_of(local).get("ephemeralContainers"):
-            for name in fn.ephemeral_names(local):
-                if name not in info.told_ephemeral:
-                    info.told_ephemeral.add(name)
-                    reason, msg = fn.EVENT_EPHEMERAL_CONTAINER_UNSUPPORTED, fn.ephemeral_unsupported_msg(name)
-                    self.ctx.recorder.event(local, c.EVENT_TYPE_WARNING, reason, msg)
-        generation = fp.meta(local).get("generation")
-        if generation is not None and generation == info.resize_generation:
-            return
-        info.resize_generation = generation
-        names = fn.resized(local, shadow)
-        message = fn.resize_infeasible_msg(names) if names else None
-        if message is not None and message != info.resize_message:
-            self.ctx.recorder.event(local, c.EVENT_TYPE_WARNING, fn.EVENT_RESIZE_INFEASIBLE, message)
-        info.resize_message = message
-
-    def _tell_remote_pod_missing(
-        self, local: Mapping[str, Any], shadow: Mapping[str, Any], info: PodInfo
-    ) -> RequeueAfter | None:
-        """One Warning when the pool accepted the ShadowPod but made no remote pod within a while."""
-        if info.told_no_remote:
-            return None
-        now = time.monotonic()
-        if info.no_remote_since is None:
-            info.no_remote_since = now
-        waited = now - info.no_remote_since
-        if waited < self.remote_pod_missing_after:
-            return RequeueAfter(self.remote_pod_missing_after - waited)
-        info.told_no_remote = True
-        message = fn.remote_pod_missing_msg(shadow, waited)
-        self.ctx.recorder.event(local, c.EVENT_TYPE_WARNING, fn.EVENT_REMOTE_POD_MISSING, message)
-        log.warning("ShadowPod has no remote pod on the pool", pod=fp.name_of(local), waited=_ms(waited))
-        return None
-
-    def _tell_ignored_apiserver_override(self, local: Mapping[str, Any], info: PodInfo) -> None:
-        """``liqo.io/api-server-support: remote`` while support is off is ignored: say so on the pod once."""
-        message = ignored_apiserver_override(self.ctx.apiserver_support, fp.annotations_of(local))
-        if message is None or info.told_apiserver_ignored:
-            return
-        info.told_apiserver_ignored = True
-        log.warning("pod annotation ignored", pod=fp.pod_key(local), reason=message)
-        self.ctx.recorder.event(local, c.EVENT_TYPE_WARNING, c.EVENT_APISERVER_SUPPORT_IGNORED, message)
-
     def _ours(self, obj: Mapping[str, Any]) -> bool:
         """Ownership guard (invariant 2): our origin, destination and node labels."""
         labels = fp.labels_of(obj)
@@ -624,133 +547,21 @@ class PodReflector:
             info = self.infos[key] = PodInfo(first_seen=arrived)
         return info
 
-    def _requests(self, pod: Mapping[str, Any]) -> dict[str, Fraction]:
-        """What the pod costs against the grant, ``pods: 1`` included: the ledger checks only the names
-        the grant has at the moment, so the charge stays right when the grant starts listing ``pods``."""
-        return pod_requests(pod)
-
-    def _admit(self, key: str, local: Mapping[str, Any], requests: Mapping[str, Fraction]) -> Decision:
-        """Admit the local pod under its UID; a same-name predecessor's charge goes first (we only get here
-        when no ShadowPod of that name is left, so the pool holds nothing for it)."""
-        charge_key = fp.uid_of(local) or key
-        held = self.charged.get(key)
-        if held is not None and held != charge_key:
-            self._release(key)
-        decision = self.admission.admit(charge_key, requests)
-        if decision.ok:
-            self.charged[key] = charge_key
-        return decision
-
-    def account(
-        self,
-        key: str,
-        local: Mapping[str, Any] | None,
-        shadow: Mapping[str, Any],
-        remote: Mapping[str, Any] | None,
-    ) -> None:
-        """Make the ledger hold what the pool holds for an existing ShadowPod: its charge, fit or not
-        (after a restart, or after the grant shrank), or nothing once the pod finished or the ShadowPod
-        is being deleted (`holds_share`). Called on every ShadowPod event and every handle."""
-        if not holds_share(local, shadow, remote):
-            self._release(key)
-            return
-        charge_key = self._charge_key(key, local, shadow)
-        held = self.charged.get(key)
-        if held == charge_key and self.admission.is_admitted(charge_key):
-            return
-        if held is not None:
-            self._release(key)  # the ShadowPod of that name is another pod's now: one charge per name
-        spec = (shadow.get("spec") or {}).get("pod") or {}
-        try:
-            overhead = fp.spec_of(local).get("overhead") if local is not None else None
-            requests = spec_requests(spec, overhead=overhead, where="spec.pod")
-        except ValueError as err:  # QuantityError: the pool accepted it, so count what we can read
-            log.warning("ShadowPod requests unreadable: charged nothing", pod=key, error=str(err)[:200])
-            return
-        self.admission.force_charge(charge_key, requests)
-        self.charged[key] = charge_key
-
-    @staticmethod
-    def _charge_key(key: str, local: Mapping[str, Any] | None, shadow: Mapping[str, Any]) -> str:
-        """The UID the ShadowPod records; else (made by Liqo's VK or an older vkbridge) the UID of the local
-        pod of that name; else (no such pod: the ShadowPod is deleted next) the name."""
-        recorded = fp.annotations_of(shadow).get(c.LOCAL_POD_UID_ANNOTATION)
-        return str(recorded or fp.uid_of(local) or key)
-
-    def release_gone(self, key: str, shadow: Mapping[str, Any] | None) -> None:
-        """The ShadowPod left the pool: its share goes, unless the charge is a newer pod's already."""
-        recorded = fp.annotations_of(shadow).get(c.LOCAL_POD_UID_ANNOTATION)
-        if recorded and self.charged.get(key) not in (None, recorded):
-            return
-        self._release(key)
-
-    def release_namespace(self, namespace: str) -> None:
-        """The namespace is no longer paired: its ShadowPods are out of our sight, their charges go."""
-        prefix = namespace + "/"
-        for key in [k for k in self.charged if k.startswith(prefix)]:
-            self._release(key)
-
-    def _release(self, key: str) -> None:
-        """Free the pod's charge, if any; either way it no longer waits for the grant."""
-        self._on_grant_done(key)
-        charge_key = self.charged.pop(key, None)
-        if charge_key is not None and self.admission.release(charge_key):
-            self._on_release(key)
-
     def _require_pool(self) -> None:
-        if not self.ctx.reach.connected:
-            raise PoolUnavailable(self.ctx.reach.state.value)
+        require_pool(self.ctx.reach)
 
     def _pool_error(self, err: ApiError) -> None:
         """Transport failures mean the pool may be gone: park the key and ask the pinger to look now."""
-        if err.status == 0:
-            self.ctx.reach.report_failure()
-            raise PoolUnavailable(str(err)) from err
-
-
-def holds_share(
-    local: Mapping[str, Any] | None, shadow: Mapping[str, Any] | None, remote: Mapping[str, Any] | None
-) -> bool:
-    """Does the pool count this pod against the grant, so must we? While its ShadowPod lives, even when the
-    local pod is gone (until we delete it). A finished pod (Succeeded/Failed at home, on its ShadowPod or its
-    remote pod) holds no share (invariant 6, liqo#3137), nor does a ShadowPod being deleted (the provider's
-    quota frees it on DELETE). The same rule at start-up and at run time: a restart changes no charge."""
-    if shadow is None or fp.is_terminating(shadow) or fp.is_terminal(shadow):
-        return False
-    return not (
-        (local is not None and fp.is_terminal(local)) or (remote is not None and fp.is_terminal(remote))
-    )
+        gone = pool_failure(self.ctx.reach, err)
+        if gone is not None:
+            raise gone from err
 
 
 def _still_running(remote: Mapping[str, Any] | None) -> bool:
     return remote is not None and not fp.is_terminal(remote) and not fp.is_terminating(remote)
 
 
-def _metadata_patch(shadow: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge patch making the ShadowPod's labels and annotations exactly the desired ones."""
-    meta: dict[str, Any] = {"resourceVersion": fp.meta(shadow).get("resourceVersion")}
-    for field_name in ("labels", "annotations"):
-        cur = dict(fp.meta(shadow).get(field_name) or {})
-        want = dict(fp.meta(desired).get(field_name) or {})
-        diff: dict[str, str | None] = {k: v for k, v in want.items() if cur.get(k) != v}
-        diff.update({k: None for k in cur if k not in want})
-        if diff:
-            meta[field_name] = diff
-    return {"metadata": meta}
-
-
-def _status_patch(current: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """Top-level status fields: new values, and null for those that disappeared (lists are replaced)."""
-    patch: dict[str, Any] = {k: v for k, v in new.items() if current.get(k) != v}
-    patch.update({k: None for k in current if k not in new})
-    return patch
-
-
 def _now() -> Any:
     import datetime as dt
 
     return dt.datetime.now(dt.UTC)
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.0f}ms" if seconds < 10 else f"{seconds:.1f}s"

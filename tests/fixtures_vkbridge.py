@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from e2e.fixtures_pool import offload_namespace
 from e2e.identity import service_account_kubeconfig
 from e2e.liqo_vk import LiqoVkProcess, ensure_foreign_cluster, impl_from_env
 from e2e.vkbridge_proc import VkbridgeOptions, VkbridgeProcess
+from e2e.waiting import wait_until
 
 
 def node_ready(consumer: ControlPlane, name: str) -> str | None:
@@ -26,17 +26,6 @@ def node_ready(consumer: ControlPlane, name: str) -> str | None:
         if cond.get("type") == "Ready":
             return str(cond.get("status"))
     return None
-
-
-def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="session")

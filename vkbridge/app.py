@@ -28,7 +28,7 @@ from vkbridge.credentials.remote import (
 )
 from vkbridge.credentials.renewal import CertificateRenewer
 from vkbridge.credentials.serving import ServingCertificateManager
-from vkbridge.grant import Admission, Grant
+from vkbridge.grant import Admission, Grant, grant_of
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import (
     CONFIGMAPS,
@@ -53,8 +53,8 @@ from vkbridge.kube.reachability import PoolState, Reachability
 from vkbridge.kubeletapi.metrics_server import MetricsServer
 from vkbridge.kubeletapi.server import KubeletServer
 from vkbridge.logs import get_logger
-from vkbridge.metrics import Metrics, seconds_until
-from vkbridge.node.controller import NodeController, grant_of
+from vkbridge.metrics import Metrics, node_ready, seconds_until
+from vkbridge.node.controller import NodeController
 from vkbridge.node.lease import LeaseHeartbeat
 from vkbridge.node.model import NodeInputs
 from vkbridge.node.pinger import Pinger
@@ -201,7 +201,7 @@ class VirtualKubelet:
         try:
             home = KubeClient(
                 await asyncio.to_thread(home_credentials, s), qps=s.client_qps, burst=s.client_max_burst,
-                timeout=s.client_timeout or None, name="consumer",
+                timeout=s.client_timeout or None, name="consumer", request_counter=self.metrics.api_requests,
             )  # fmt: skip
         except KubeconfigError as err:
             raise StartupError(f"cannot use the consumer kubeconfig: {err}") from None
@@ -213,7 +213,7 @@ class VirtualKubelet:
             raise
         pool = KubeClient(
             pool_creds, qps=s.client_qps, burst=s.client_max_burst,
-            timeout=s.client_timeout or None, name="pool",
+            timeout=s.client_timeout or None, name="pool", request_counter=self.metrics.api_requests,
         )  # fmt: skip
         log.info("pool credential loaded", server=pool_creds.server, **describe(pool_creds))
         return home, pool, str(version.get("gitVersion") or "v1.36.0")
@@ -276,6 +276,7 @@ class VirtualKubelet:
             status_interval=s.node_status_interval,
         )  # fmt: skip
         self.node = node
+        self.metrics.node_ready.set_function(lambda: node_ready(node_cache.get(node_name)))
         lease = LeaseHeartbeat(
             home, node_name, self.reach, duration=s.node_lease_duration,
             renew_interval=s.node_lease_renew_interval or None, node_uid=node.node_uid,
@@ -324,7 +325,8 @@ class VirtualKubelet:
         )
         renewer = CertificateRenewer(
             home, pool, tenant_namespace=tenant, secret_name=s.foreign_kubeconfig_secret_name,
-            resource_slice_name=vn_name, remote_tenant_namespace=f"liqo-tenant-{s.home_cluster_id}",
+            resource_slice_name=vn_name,
+            remote_tenant_namespace=f"{c.TENANT_NAMESPACE_PREFIX}{s.home_cluster_id}",
             consumer_cluster_id=s.home_cluster_id, renew_fraction=s.cert_renew_fraction, metrics=self.metrics,
             reach=self.reach, resource_slice_cache=rs_cache, secret_cache=secret_cache,
         )  # fmt: skip

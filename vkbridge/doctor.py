@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, TextIO
 
+from reflectors.forge import constants as c
 from vkbridge.credentials.remote import credentials_from_secret
 from vkbridge.grant import Grant, add_resources, pod_requests
 from vkbridge.kube.client import EVENTS, NODES, PODS, RESOURCESLICES, SECRETS, ApiError, KubeClient
@@ -40,7 +41,7 @@ class Doctor:
         self.tenant = (
             settings.tenant_namespace
             if settings.tenant_namespace not in ("", "default")
-            else f"liqo-tenant-{self.node}"
+            else f"{c.TENANT_NAMESPACE_PREFIX}{self.node}"
         )
         self.secret = settings.foreign_kubeconfig_secret_name or f"kubeconfig-resourceslice-{self.node}"
         self.findings: list[Finding] = []

@@ -2,7 +2,9 @@
 
 Liqo leaves grant enforcement to the provider's ShadowPod webhook; vkbridge checks locally first, so nothing
 over the grant is ever sent (DESIGN §3 invariant 6). Accounting is exact (`fractions.Fraction`) and pure:
-the reflectors decide when to admit and release (a terminal pod releases at once, unlike liqo#3137).
+the reflectors decide when to admit and release (a terminal pod releases at once, unlike liqo#3137). The
+grant is read from the pool (`grant_of`); the pods it refused wait in the ledger's wait-list, and whoever
+re-queues them (the engine) subscribes to `Admission.on_freed`.
 
 Rules, mirroring the kube-scheduler's NodeResourcesFit on a node whose allocatable is the grant:
 
@@ -21,7 +23,7 @@ Rules, mirroring the kube-scheduler's NodeResourcesFit on a node whose allocatab
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
@@ -39,6 +41,7 @@ __all__ = [
     "ResourceList",
     "Shortfall",
     "add_resources",
+    "grant_of",
     "max_resources",
     "parse_resource_list",
     "pod_requests",
@@ -55,6 +58,21 @@ POD_COUNT: Final = "pods"
 _POD_LEVEL: Final = frozenset({"cpu", "memory"})
 
 ResourceList = dict[str, Fraction]
+
+
+def grant_of(
+    resource_slice: Mapping[str, Any] | None, virtual_node: Mapping[str, Any] | None
+) -> dict[str, str]:
+    """The grant: what the pool granted (ResourceSlice status), else the VirtualNode's copy of it.
+
+    The pool enforces `ResourceSlice.status.resources`; Liqo copies it into
+    `VirtualNode.spec.resourceQuota.hard`, which can lag. We trust the source and fall back to the copy.
+    """
+    granted = ((resource_slice or {}).get("status") or {}).get("resources") or {}
+    if granted:
+        return {str(k): str(v) for k, v in granted.items()}
+    hard = (((virtual_node or {}).get("spec") or {}).get("resourceQuota") or {}).get("hard") or {}
+    return {str(k): str(v) for k, v in hard.items()}
 
 
 def _quantity(raw: object, where: str) -> Fraction:
@@ -242,15 +260,19 @@ _OK: Final = Decision(DecisionKind.OK)
 
 
 class Admission:
-    """Ledger of admitted pods against the grant. Pure and single-threaded: own it in one task.
+    """Ledger of admitted pods against the grant, and the wait-list of pods it refused. Pure and
+    single-threaded: own it in one task.
 
     Keys are opaque; the pod reflector uses the local pod's UID, so a same-name replacement pod (StatefulSet
-    ``web-0`` after a force delete) never inherits its predecessor's charge."""
+    ``web-0`` after a force delete) never inherits its predecessor's charge. The wait-list is keyed by pod
+    key (``namespace/name``) and ordered by creation time: the oldest waiter gets the first chance."""
 
     def __init__(self, grant: Grant | None = None) -> None:
         self._grant = grant or Grant()
         self._charges: dict[str, ResourceList] = {}
         self._used: ResourceList = {}
+        self._waiters: dict[str, str] = {}  # pod key -> creationTimestamp
+        self._on_freed: list[Callable[[], None]] = []
 
     @property
     def grant(self) -> Grant:
@@ -300,12 +322,41 @@ class Admission:
         self._add(charge, 1)
 
     def release(self, key: str) -> bool:
-        """Free the key's charge; False if it was not admitted."""
+        """Free the key's charge (waiters are told, see `on_freed`); False if it was not admitted."""
         charge = self._charges.pop(key, None)
         if charge is None:
             return False
         self._add(charge, -1)
+        if self._waiters:
+            for callback in self._on_freed:
+                callback()
         return True
+
+    # -------------------------------------------------------------------------------------- wait-list
+
+    def wait(self, pod: str, created: str) -> None:
+        """``pod`` did not fit: it waits, ordered by ``created`` (its creationTimestamp)."""
+        self._waiters[pod] = created
+
+    def stop_waiting(self, pod: str) -> None:
+        """``pod`` no longer waits (admitted, finished, gone)."""
+        self._waiters.pop(pod, None)
+
+    def stop_waiting_under(self, prefix: str) -> None:
+        """Pods whose key starts with ``prefix`` (a namespace no longer reflected) wait no more."""
+        for pod in [p for p in self._waiters if p.startswith(prefix)]:
+            del self._waiters[pod]
+
+    @property
+    def waiters(self) -> Mapping[str, str]:
+        return MappingProxyType(self._waiters)
+
+    def waiting_oldest_first(self) -> list[str]:
+        return [pod for pod, _ in sorted(self._waiters.items(), key=lambda kv: (kv[1], kv[0]))]
+
+    def on_freed(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever a charge is freed while pods wait (give them another chance)."""
+        self._on_freed.append(callback)
 
     def is_admitted(self, key: str) -> bool:
         return key in self._charges

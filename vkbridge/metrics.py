@@ -11,7 +11,9 @@ import datetime as dt
 import math
 import os
 import platform
+from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -22,10 +24,21 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
-from prometheus_client.core import GaugeMetricFamily
+
+from vkbridge.kube.queuemetrics import QueueMetrics, QueueSinks
 
 _LIQO_LABELS = ("namespace", "reflector_resource", "cluster_id", "node_name")
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: The kubelet's pod-startup buckets (``podStartupDurationBuckets`` in pkg/kubelet/metrics/metrics.go, used
+#: by ``kubelet_pod_start_sli_duration_seconds``): round numbers, so an SLO threshold is a bucket edge.
+POD_START_SLI_BUCKETS = (
+    0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700,
+    3600,
+)  # fmt: skip
+#: Time in a queue is part of a pod's start: every SLI edge, plus sub-second edges for the usual case.
+QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, *POD_START_SLI_BUCKETS)
+#: One handle is a few API calls, each bounded by the client timeout (60 s): finer, and no hours.
+WORK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: Set by the image (Dockerfile ARG REVISION): the commit the running build came from.
 REVISION_ENV = "VKBRIDGE_REVISION"
 
@@ -35,6 +48,16 @@ def seconds_until(not_after: dt.datetime | None, now: dt.datetime | None = None)
     if not_after is None:
         return math.nan
     return (not_after - (now or dt.datetime.now(dt.UTC))).total_seconds()
+
+
+def node_ready(node: Mapping[str, Any] | None) -> float:
+    """1 when the Node's Ready condition is True as the API server has it (our cache of it), else 0:
+    also 0 while the node lifecycle controller says Unknown, or when there is no Node."""
+    conditions = ((node or {}).get("status") or {}).get("conditions") or ()
+    ready = (
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+    )
+    return float(any(ready))
 
 
 def _version() -> str:
@@ -80,12 +103,7 @@ class Metrics:
             _LIQO_LABELS,
             registry=r,
         )
-        self.queue_depth = Gauge(
-            "vkbridge_workqueue_depth", "Keys waiting in a work queue.", ["queue"], registry=r
-        )
-        self.queue_retries = Counter(
-            "vkbridge_workqueue_retries_total", "Keys re-queued after a failure.", ["queue"], registry=r
-        )
+        self._queue_metrics(r)
         self.reflection_latency = Histogram(
             "vkbridge_reflection_latency_seconds",
             "Latency vkbridge adds: 'outbound' = pod bound -> ShadowPod created; "
@@ -137,27 +155,73 @@ class Metrics:
             "Pods not sent (yet) because they do not fit the grant.",
             registry=r,
         )
+        # Read at scrape time from the consumer's Node cache (app wires it with `node_ready`).
+        self.node_ready = Gauge(
+            "vkbridge_node_ready", "1 while the virtual Node's Ready condition is True, else 0.", registry=r
+        )
         self.reflected_pods = Gauge(
             "vkbridge_reflected_pods", "Pods with a ShadowPod on the pool.", registry=r
         )
         self.api_requests = Counter(
             "vkbridge_api_requests_total",
-            "API requests sent, by cluster and verb.",
-            ["cluster", "verb"],
+            "API requests by client (consumer, pool), verb, resource[/subresource] and HTTP status "
+            "('error': no HTTP answer). A watch counts once, when opened.",
+            ["server", "verb", "resource", "code"],
             registry=r,
         )
 
+    def _queue_metrics(self, r: CollectorRegistry) -> None:
+        """client-go's workqueue metrics (label ``name``: pods, configuration, events)."""
+        name = ["name"]
+        self.queue_depth = Gauge(
+            "vkbridge_workqueue_depth", "Keys added and not yet taken by a worker.", name, registry=r
+        )
+        self.queue_adds = Counter(
+            "vkbridge_workqueue_adds_total", "Keys added (not counting duplicates).", name, registry=r
+        )
+        self.queue_retries = Counter(
+            "vkbridge_workqueue_retries_total",
+            "Keys re-queued rate-limited after a failure.",
+            name,
+            registry=r,
+        )
+        self.queue_duration = Histogram(
+            "vkbridge_workqueue_queue_duration_seconds",
+            "Time a key waited in the queue before a worker took it.",
+            name,
+            buckets=QUEUE_BUCKETS,
+            registry=r,
+        )
+        self.work_duration = Histogram(
+            "vkbridge_workqueue_work_duration_seconds",
+            "Time a worker took to handle a key.",
+            name,
+            buckets=WORK_BUCKETS,
+            registry=r,
+        )
+        self.queue_unfinished = Gauge(
+            "vkbridge_workqueue_unfinished_work_seconds",
+            "Seconds of work in progress (summed over the keys being handled); read at scrape time.",
+            name,
+            registry=r,
+        )
+        self.queue_longest = Gauge(
+            "vkbridge_workqueue_longest_running_processor_seconds",
+            "How long the longest-running handle has been running; read at scrape time.",
+            name,
+            registry=r,
+        )
 
-class CallbackGauge:
-    """A gauge read from a callback at scrape time (queue depths and cache sizes need no bookkeeping)."""
-
-    def __init__(self, registry: CollectorRegistry, name: str, doc: str, read: dict[str, object]) -> None:
-        self._name, self._doc, self._read = name, doc, read
-        registry.register(self)
-
-    def collect(self) -> list[GaugeMetricFamily]:
-        family = GaugeMetricFamily(self._name, self._doc, labels=["source"])
-        for label, fn in self._read.items():
-            if callable(fn):
-                family.add_metric([label], float(fn()))
-        return [family]
+    def workqueue(self, name: str) -> QueueMetrics:
+        """The metrics for a ``WorkQueue(name, metrics=...)``."""
+        sinks = QueueSinks(
+            depth=self.queue_depth.labels(name),
+            adds=self.queue_adds.labels(name),
+            queue_duration=self.queue_duration.labels(name),
+            work_duration=self.work_duration.labels(name),
+            retries=self.queue_retries.labels(name),
+        )
+        qm = QueueMetrics(sinks)
+        self.queue_unfinished.labels(name).set_function(qm.unfinished_work_seconds)
+        self.queue_longest.labels(name).set_function(qm.longest_running_processor_seconds)
+        return qm

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
 import copy
 import hashlib
+import json
 import re
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 from reflectors.forge import constants as c
 from reflectors.forge.labels import reflected_annotations, reflected_labels
 from reflectors.forge.names import is_reserved_configmap_name, remote_configmap_name
-from reflectors.forge.pods import KubeObj, ReadObj, annotations_of, labels_of, name_of
+from reflectors.forge.pods import KubeObj, ReadObj, annotations_of, labels_of, meta, name_of
+from reflectors.forge.references import SECRET
 
 SKIP_SA_TOKEN = "secrets holding service account tokens are never reflected"
 SKIP_DENIED = f"marked with the {c.SKIP_REFLECTION_ANNOTATION} annotation"
@@ -209,3 +214,68 @@ def forge_remote_configmap(
         if local.get(field) is not None:
             body[field] = copy.deepcopy(local[field])
     return body
+
+
+def missing_message(missing: Iterable[str]) -> str:
+    """The Warning event on a pod kept Pending: which objects, never what they hold."""
+    what = ", ".join(missing)
+    return (
+        f"Waiting for {what} before offloading the pod to the pool; "
+        "references marked optional never wait for a missing object"
+    )
+
+
+def fingerprint(body: Mapping[str, Any]) -> str:
+    """What a forged copy holds, hashed: our last write is recognised without keeping (Secret) data."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _contains(have: Mapping[str, Any] | None, want: Mapping[str, Any] | None) -> bool:
+    have = have or {}
+    return all(have.get(k) == v for k, v in (want or {}).items())
+
+
+def _secret_type(obj: ReadObj) -> str:
+    return str(obj.get("type") or "Opaque")
+
+
+def copy_matches(remote: ReadObj, desired: ReadObj) -> bool:
+    """Content equal; labels/annotations a superset (others may add theirs, as the provider does)."""
+    for name in ("data", "binaryData"):
+        if (remote.get(name) or {}) != (desired.get(name) or {}):
+            return False
+    if bool(remote.get("immutable")) != bool(desired.get("immutable")):
+        return False
+    if desired.get("kind") == SECRET and _secret_type(remote) != _secret_type(desired):
+        return False
+    return _contains(labels_of(remote), labels_of(desired)) and _contains(
+        annotations_of(remote), annotations_of(desired)
+    )
+
+
+def needs_recreate(remote: ReadObj, desired: ReadObj) -> bool:
+    """A Secret's type and an immutable object's content cannot change in place: delete, then create."""
+    if desired.get("kind") == SECRET and _secret_type(remote) != _secret_type(desired):
+        return True
+    if not remote.get("immutable"):
+        return False
+    return any((remote.get(n) or {}) != (desired.get(n) or {}) for n in ("data", "binaryData")) or not bool(
+        desired.get("immutable")
+    )
+
+
+def scrub(text: str, local: ReadObj | None) -> str:
+    """Remove a Secret's values (encoded and decoded) from an API error message, just in case."""
+    for value in ((local or {}).get("data") or {}).values():
+        if not isinstance(value, str) or not value:
+            continue
+        text = text.replace(value, "<redacted>")
+        with contextlib.suppress(binascii.Error, ValueError):
+            decoded = base64.b64decode(value, validate=True).decode("utf-8", "ignore")
+            if len(decoded) >= 4:
+                text = text.replace(decoded, "<redacted>")
+    return text
+
+
+def resource_version(obj: ReadObj | None) -> str:
+    return str(meta(obj).get("resourceVersion") or "")

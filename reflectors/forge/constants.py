@@ -15,7 +15,6 @@ SHADOWPOD_GROUP: Final = "offloading.liqo.io"
 SHADOWPOD_VERSION: Final = "v1beta1"
 SHADOWPOD_API_VERSION: Final = f"{SHADOWPOD_GROUP}/{SHADOWPOD_VERSION}"
 SHADOWPOD_KIND: Final = "ShadowPod"
-SHADOWPOD_PLURAL: Final = "shadowpods"
 
 # --- Labels on reflected (remote) objects --------------------------------------------------------
 ORIGIN_LABEL: Final = "offloading.liqo.io/origin"
@@ -37,8 +36,6 @@ REMOTE_UNAVAILABLE_VALUE: Final = "true"
 TYPE_LABEL: Final = "liqo.io/type"
 TYPE_VIRTUAL_NODE: Final = "virtual-node"
 REMOTE_CLUSTER_ID_LABEL: Final = "liqo.io/remote-cluster-id"
-REPLICATION_LABEL: Final = "liqo.io/replication"
-REMOTE_ID_LABEL: Final = "liqo.io/remoteID"
 VIRTUAL_NODE_TOLERATION_KEY: Final = "virtual-node.liqo.io/not-allowed"
 STORAGE_AVAILABLE_LABEL: Final = "storage.liqo.io/available"
 
@@ -69,8 +66,6 @@ ANTI_AFFINITY_LABELS_ANNOTATION: Final = "liqo.io/anti-affinity-labels"
 LIQO_RUNTIME_CLASS_NAME: Final = "liqo"
 
 # --- Namespace mapping ---------------------------------------------------------------------------
-MANAGED_BY_NAMESPACE_MAP_ANNOTATION: Final = "liqo.io/managed-by-namespace-map"
-ORIGINAL_NAME_ANNOTATION: Final = "liqo.io/original-name"
 TENANT_NAMESPACE_PREFIX: Final = "liqo-tenant-"
 
 # --- Service account tokens (TokenAPI mode) ------------------------------------------------------
@@ -78,7 +73,6 @@ SA_SECRET_FOR_POD_NAME_KEY: Final = "offloading.liqo.io/service-account-for-pod-
 SA_SECRET_FOR_SERVICE_ACCOUNT_KEY: Final = "offloading.liqo.io/service-account-name"
 SA_SECRET_FOR_POD_UID_KEY: Final = "offloading.liqo.io/service-account-for-pod-uid"
 SA_SECRET_EXPIRATION_KEY: Final = "offloading.liqo.io/service-account-expiration"
-SERVICE_ACCOUNT_NAME_KEY: Final = "kubernetes.io/service-account.name"
 SERVICE_ACCOUNT_TOKEN_KEY: Final = "token"
 SERVICE_ACCOUNT_TOKEN_SECRET_TYPE: Final = "kubernetes.io/service-account-token"
 SERVICE_ACCOUNT_VOLUME_PREFIX: Final = "kube-api-access-"
@@ -107,7 +101,6 @@ REASON_REMOTE_POD_TERMINATED: Final = "RemotePodTerminated"
 # --- Reflection policies -------------------------------------------------------------------------
 POLICY_DENY_LIST: Final = "DenyList"
 POLICY_ALLOW_LIST: Final = "AllowList"
-POLICY_CUSTOM_LIQO: Final = "CustomLiqo"
 
 # --- Event reasons (LIQO §8) ---------------------------------------------------------------------
 EVENT_SUCCESSFUL_REFLECTION: Final = "SuccessfulReflection"
@@ -121,10 +114,7 @@ EVENT_TYPE_WARNING: Final = "Warning"
 
 # Reflector names, as used in event components and metric labels.
 REFLECTOR_POD: Final = "Pod"
-REFLECTOR_CONFIGMAP: Final = "ConfigMap"
-REFLECTOR_SECRET: Final = "Secret"
 REFLECTOR_EVENT: Final = "Event"
-REFLECTOR_SERVICEACCOUNT: Final = "ServiceAccount"
 
 
 def event_component(reflector: str) -> str:
@@ -144,10 +134,6 @@ def successful_reflection_msg(remote_cluster_id: str) -> str:
     return f"Successfully reflected object to cluster {go_quote(remote_cluster_id)}"
 
 
-def successful_status_reflection_msg(remote_cluster_id: str) -> str:
-    return f"Successfully reflected object status back from cluster {go_quote(remote_cluster_id)}"
-
-
 def failed_reflection_msg(remote_cluster_id: str, err: object) -> str:
     return f"Error reflecting object to cluster {go_quote(remote_cluster_id)}: {err}"
 
@@ -160,31 +146,8 @@ def failed_reflection_already_exists_msg(remote_cluster_id: str) -> str:
     return f"Error reflecting object to cluster {go_quote(remote_cluster_id)}: remote object already exists"
 
 
-def failed_labels_update_msg(err: object) -> str:
-    return f"Error updating local object labels: {err}"
-
-
 def failed_deletion_msg(err: object) -> str:
     return f"Error deleting local object: {err}"
-
-
-def reflection_disabled_msg(remote_cluster_id: str, namespace: str) -> str:
-    """Liqo's original fallback message; Extend uses ``fallback.fallback_warning_message``."""
-    return (
-        f"Reflection to cluster {go_quote(remote_cluster_id)} disabled for namespace {go_quote(namespace)}. "
-        "If this is a DaemonSet scheduling pods in all the nodes across the cluster, "
-        "you might want to prevent scheduling on Liqo Virtual Nodes. "
-        "You can configure the rules under `spec.template.spec.affinity.nodeAffinity` so that the pods "
-        f"are not scheduled on Nodes having the label {TYPE_LABEL}={TYPE_VIRTUAL_NODE}. "
-        "For further info check the documentation."
-    )
-
-
-def reflection_disabled_error_msg(remote_cluster_id: str, namespace: str, err: object) -> str:
-    return (
-        f"Reflection to cluster {go_quote(remote_cluster_id)} disabled for namespace {go_quote(namespace)}: "
-        f"error updating status: {err}"
-    )
 
 
 def object_reflection_disabled_msg(remote_cluster_id: str, policy: str) -> str:

@@ -15,9 +15,9 @@ from reflectors.forge.pods import (
     labels_of,
     name_of,
     namespace_of,
-    rfc3339,
     uid_of,
 )
+from reflectors.forge.timefmt import rfc3339
 
 REMOTE_SUFFIX = " (remote)"
 # Involved objects whose events belong to the local pod of the same name.
@@ -43,6 +43,8 @@ COPIED_FIELDS = (
 NOT_REFLECTED = frozenset({("default-scheduler", "Scheduled")})
 # What changes when the pool aggregates a repeated event; timestamps move together with count/series.
 MUTABLE_FIELDS = ("reason", "message", "type", "count", "series")
+# What we remember of a local copy and send on update: the aggregated fields and the times moving with them.
+TRACKED_FIELDS = (*MUTABLE_FIELDS, "lastTimestamp", "eventTime")
 
 
 def forge_local_event(
@@ -131,3 +133,45 @@ def event_update_body(existing: ReadObj, desired: ReadObj) -> KubeObj:
         else:
             body[field] = copy.deepcopy(desired[field])
     return body
+
+
+def local_event(
+    remote_event: ReadObj, local_pod: ReadObj | None, *, local_id: str, remote_id: str, now: datetime
+) -> KubeObj | None:
+    """The local copy of a remote pod Event (see ``forge_local_event``), or None when it is not ours.
+
+    ``reportingComponent`` is suffixed like ``source.component`` on legacy Events only: an Event with an
+    ``eventTime`` (events.k8s.io style, e.g. the scheduler's) must carry a qualified name there, and the
+    API server rejects "default-scheduler (remote)" with 422.
+    """
+    event = forge_local_event(remote_event, local_pod, local_id=local_id, remote_id=remote_id, now=now)
+    if event is None:
+        return None
+    reporting = event.get("reportingComponent")
+    if reporting and not event.get("eventTime") and not str(reporting).endswith(REMOTE_SUFFIX):
+        event["reportingComponent"] = f"{reporting}{REMOTE_SUFFIX}"
+    return event
+
+
+def copy_fields(event: ReadObj) -> KubeObj:
+    """The part of an Event that later updates compare and rewrite."""
+    return {k: event[k] for k in TRACKED_FIELDS if event.get(k) is not None}
+
+
+def event_patch(existing: ReadObj, desired: ReadObj) -> KubeObj:
+    """Merge patch taking ``existing`` (tracked fields) to ``desired``; firstTimestamp stays as it was."""
+    patch: KubeObj = {}
+    for key in TRACKED_FIELDS:
+        want = desired.get(key)
+        if want is not None:
+            if existing.get(key) != want:
+                patch[key] = want
+        elif existing.get(key) is not None:
+            patch[key] = None
+    return patch
+
+
+def spam_key(local_pod: ReadObj) -> tuple[str, str, str]:
+    """Per local pod (namespace, name, uid): a re-created pod starts with a full bucket, like client-go."""
+    pod_meta = local_pod.get("metadata") or {}
+    return (str(pod_meta.get("namespace", "")), str(pod_meta.get("name", "")), str(pod_meta.get("uid", "")))

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from reflectors.forge.pods import KubeObj, ReadObj, rfc3339, spec_of, status_of
+from reflectors.forge.pods import KubeObj, ReadObj, spec_of, status_of
+from reflectors.forge.timefmt import rfc3339
 
 EVENT_EPHEMERAL_CONTAINER_UNSUPPORTED: Final = "EphemeralContainerUnsupported"
 EVENT_RESIZE_INFEASIBLE: Final = "ResizeInfeasible"

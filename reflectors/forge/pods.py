@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
 from reflectors.forge import constants as c
@@ -95,10 +94,3 @@ def has_remote_unavailable_label(pod: ReadObj | None) -> bool:
 
 def service_account_name(pod: ReadObj) -> str:
     return str(spec_of(pod).get("serviceAccountName") or "default")
-
-
-def rfc3339(now: datetime) -> str:
-    """Format like ``metav1.Time`` (second precision, UTC, ``Z``). Naive datetimes are taken as UTC."""
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=UTC)
-    return now.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")

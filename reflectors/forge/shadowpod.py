@@ -64,12 +64,11 @@ COPIED_SPEC_FIELDS: tuple[str, ...] = (
     "terminationGracePeriodSeconds",
     "topologySpreadConstraints",
 )
-# Invasive settings that may not work on the pool: always forced off.
+# Invasive settings that may not work on the pool: always forced off. hostNetwork/hostIPC/hostPID are never
+# copied, so they are off by absence: Liqo forces them false in Go fields tagged omitempty, which puts no
+# such key on its ShadowPod; absent, ours is the same object on the wire (the differential suite checks).
 FORCED_SPEC_FIELDS: dict[str, Any] = {
     "automountServiceAccountToken": False,
-    "hostNetwork": False,
-    "hostIPC": False,
-    "hostPID": False,
 }
 DEFAULT_ANTI_AFFINITY_EXCLUDED = (
     c.CONTROLLER_REVISION_HASH_LABEL,
@@ -528,3 +527,16 @@ def _runtime_class_mutator(local_pod: ReadObj, patch: Mapping[str, Any]) -> Spec
             spec["runtimeClassName"] = patched
 
     return mutate
+
+
+def metadata_patch(shadow: ReadObj, desired: ReadObj) -> KubeObj:
+    """Merge patch making the ShadowPod's labels and annotations exactly the desired ones."""
+    patch_meta: KubeObj = {"resourceVersion": meta(shadow).get("resourceVersion")}
+    for field_name in ("labels", "annotations"):
+        cur = dict(meta(shadow).get(field_name) or {})
+        want = dict(meta(desired).get(field_name) or {})
+        diff: dict[str, str | None] = {k: v for k, v in want.items() if cur.get(k) != v}
+        diff.update({k: None for k in cur if k not in want})
+        if diff:
+            patch_meta[field_name] = diff
+    return {"metadata": patch_meta}

@@ -15,10 +15,10 @@ from reflectors.forge.pods import (
     KubeObj,
     ReadObj,
     phase_of,
-    rfc3339,
     status_of,
     uid_of,
 )
+from reflectors.forge.timefmt import rfc3339
 
 CONTAINER_STATUS_LISTS = ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
 
@@ -192,3 +192,11 @@ def _normalize(value: Any) -> Any:
 
 def _is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, str | list) and len(value) == 0)
+
+
+def status_patch(current: Mapping[str, Any], new: Mapping[str, Any]) -> KubeObj:
+    """Merge patch of the top-level status fields: new values, and null for those that disappeared (lists
+    are replaced whole)."""
+    patch: KubeObj = {k: v for k, v in new.items() if current.get(k) != v}
+    patch.update({k: None for k in current if k not in new})
+    return patch

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import fcntl
 import http.server
 import os
@@ -15,28 +17,19 @@ import termios
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from e2e.bundle import Bundle
+from e2e.bundle import Bundle, create_bundle, delete_bundle
 from e2e.controlplane import ControlPlane
+from e2e.emulator import EmulatorHandle, launch_emulator
+from e2e.emulator.certs import parse_duration
 from e2e.emulator.grant import b64
 from e2e.pki import CertAuthority, write_pem
+from e2e.waiting import wait_until
 
 SHADOWPODS = "/apis/offloading.liqo.io/v1beta1"
-
-
-def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        last = cond()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def get(plane: ControlPlane, path: str) -> dict[str, Any] | None:
@@ -105,6 +98,46 @@ def phase(plane: ControlPlane, ns: str, name: str) -> str | None:
 def events_for(plane: ControlPlane, ns: str, name: str) -> list[dict[str, Any]]:
     body = must(plane, "GET", f"/api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.name={name}")
     return list(body.get("items") or [])
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids whose command line contains marker (the fake pool kubelets run containers as local processes)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                found.append(int(entry))
+    return found
+
+
+@contextlib.asynccontextmanager
+async def fresh_peering(
+    consumer: ControlPlane, pool: ControlPlane, pool_url: str, pool_ca_files: tuple[Path, Path], workdir: Path,
+    lifetime: str, controllers: str | None, **emulator: Any,
+) -> AsyncIterator[tuple[Bundle, EmulatorHandle | None]]:  # fmt: skip
+    """A peering of its own (new slug and consumer ID) with certificates of ``lifetime`` reaching the pool at
+    ``pool_url``, and an emulator running ``controllers`` (none: no emulator); both removed afterwards."""
+    slug, cid = f"c{uuid.uuid4().hex[:12]}", f"c-{uuid.uuid4().hex[:8]}"
+    b = await asyncio.to_thread(create_bundle, consumer, pool, slug=slug, consumer_id=cid, pool_server_url=pool_url,
+                                cert_lifetime=parse_duration(lifetime))  # fmt: skip
+    emu: EmulatorHandle | None = None
+    try:
+        if controllers:
+            emu = await asyncio.to_thread(
+                launch_emulator, consumer_kubeconfig=consumer.admin_kubeconfig,
+                pool_kubeconfig=pool.admin_kubeconfig, consumer_id=cid, slug=slug,
+                pool_ca_cert=pool_ca_files[0], pool_ca_key=pool_ca_files[1], workdir=workdir / f"emulator-{slug}",
+                api_server_url=pool_url, cert_lifetime=lifetime, controllers=controllers, **emulator,
+            )  # fmt: skip
+        yield b, emu
+    finally:
+        if emu is not None:
+            await asyncio.to_thread(emu.stop)
+        await asyncio.to_thread(delete_bundle, consumer, pool, b)
 
 
 DEFAULT = {"cpu": "4", "memory": "8Gi", "pods": "110", "ephemeral-storage": "20Gi"}

@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from e2e.controlplane import ControlPlane
 from e2e.fixtures_planes import FreshNs
 from e2e.tunnel import TunnelProxy
+from tests.support.certs import self_signed
 from vkbridge.kube import client as client_module
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import (
@@ -479,15 +480,11 @@ def _self_signed_ca(key: ec.EllipticCurvePrivateKey | None = None, *, client: bo
     key = key or ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "client" if client else "stranger-ca")])
     now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=1))
-        .not_valid_after(now + dt.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=not client, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
+    cert = self_signed(
+        key,
+        name,
+        not_before=now - dt.timedelta(minutes=1),
+        not_after=now + dt.timedelta(hours=1),
+        ca=not client,
     )
     return cert.public_bytes(serialization.Encoding.PEM)

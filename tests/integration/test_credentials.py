@@ -11,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import datetime as dt
+import functools
 import logging
 import ssl
 import time
@@ -18,7 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -27,23 +28,23 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from e2e import waiting
 from e2e.bundle import (
     Bundle,
-    create_bundle,
     decode_kubeconfig_secret,
-    delete_bundle,
     kubeconfig_dict,
     private_pem,
 )
 from e2e.controlplane import ControlPlane
-from e2e.emulator import EmulatorHandle, launch_emulator
-from e2e.emulator.certs import parse_duration
+from e2e.emulator import EmulatorHandle
 from e2e.fixtures_pool import offload_namespace
 from e2e.pki import CertAuthority
 from e2e.tunnel import TunnelProxy
 from e2e.vkbridge_proc import VkbridgeProcess, metric_sum
-from tests.fixtures_vkbridge import node_ready, vkbridge_options, wait_until
-from tests.integration.helpers import RecordingServer, pool_pod, token_file_kubeconfig
+from e2e.waiting import wait_until
+from tests.fixtures_vkbridge import node_ready, vkbridge_options
+from tests.integration.helpers import RecordingServer, fresh_peering, pool_pod, token_file_kubeconfig
+from tests.support.certs import cert_builder, self_signed
 from vkbridge.credentials import certs
 from vkbridge.credentials.remote import RemoteCredentialWatcher, credentials_from_secret
 from vkbridge.credentials.renewal import CertificateRenewer
@@ -66,7 +67,6 @@ from vkbridge.metrics import Metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(360)]
 
-T = TypeVar("T")
 REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
 REVIEW_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 RENEW_FAILED = "pool client certificate renewal failed; will retry"
@@ -74,23 +74,8 @@ LOG_LINE = "served over the CSR-issued certificate\n"
 TOKEN_MARKER = "MARKER-TOKEN-from-a-local-file-7f3e"
 
 
-async def eventually(fn: Callable[[], Any], what: str, timeout: float) -> Any:
-    """Poll fn (sync or async) until it returns something truthy; API errors count as 'not yet'."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while True:
-        try:
-            got = fn()
-            if asyncio.iscoroutine(got):
-                got = await got
-            if got:
-                return got
-            last = got
-        except ApiError as err:
-            last = err
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
-        await asyncio.sleep(0.05)
+# API errors count as "not yet" while the planes settle (RBAC, a Secret being re-written).
+eventually = functools.partial(waiting.eventually, interval=0.05, not_yet=(ApiError,))
 
 
 def b64(data: bytes) -> str:
@@ -122,42 +107,13 @@ def new_peering(
 ) -> Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]]:
     """Factory: a fresh peering with certificates of ``lifetime`` and an emulator running ``controllers``."""
 
-    @contextlib.asynccontextmanager
-    async def make(
+    def make(
         lifetime: str, controllers: str | None
-    ) -> AsyncIterator[tuple[Bundle, EmulatorHandle | None]]:
-        slug, cid = f"c{uuid.uuid4().hex[:12]}", f"c-{uuid.uuid4().hex[:8]}"
-        b = await asyncio.to_thread(
-            create_bundle,
-            consumer,
-            pool,
-            slug=slug,
-            consumer_id=cid,
-            pool_server_url=tunnel.url,
-            cert_lifetime=parse_duration(lifetime),
-        )
-        emu: EmulatorHandle | None = None
-        try:
-            if controllers:
-                emu = await asyncio.to_thread(
-                    launch_emulator,
-                    consumer_kubeconfig=consumer.admin_kubeconfig,
-                    pool_kubeconfig=pool.admin_kubeconfig,
-                    consumer_id=cid,
-                    slug=slug,
-                    pool_ca_cert=pool_ca_files[0],
-                    pool_ca_key=pool_ca_files[1],
-                    workdir=pool_workdir / f"emulator-{slug}",
-                    api_server_url=tunnel.url,
-                    cert_lifetime=lifetime,
-                    propagate_kubeconfig=False,  # the Secret is ours to write
-                    controllers=controllers,
-                )
-            yield b, emu
-        finally:
-            if emu is not None:
-                await asyncio.to_thread(emu.stop)
-            await asyncio.to_thread(delete_bundle, consumer, pool, b)
+    ) -> contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]:
+        return fresh_peering(
+            consumer, pool, tunnel.url, pool_ca_files, pool_workdir, lifetime, controllers,
+            propagate_kubeconfig=False,  # the Secret is ours to write
+        )  # fmt: skip
 
     return make
 
@@ -321,13 +277,13 @@ async def test_serving_certificate_issued_by_kcm_after_approval(
     task = asyncio.create_task(mgr.run())
     csr_name = ""
     try:
-        csr_name = await eventually(lambda: mgr.last_csr, "the serving CSR", timeout=15)
+        csr_name = await eventually(lambda: mgr.last_csr, 15, "the serving CSR")
         assert csr_name.startswith(f"vkbridge-{node}-")
         hint = (
             f"waiting for approval of kubelet serving CSR {csr_name}: approve it "
             f"(kubectl certificate approve {csr_name}) or check Liqo's controller-manager"
         )
-        await eventually(lambda: hint in caplog.messages, "the waiting-for-approval reminder", timeout=10)
+        await eventually(lambda: hint in caplog.messages, 10, "the waiting-for-approval reminder")
         assert mgr.current_context() is None, "nothing to serve before approval"
         assert not await mgr.wait_ready(1.0)
 
@@ -404,13 +360,13 @@ def _serving_chain(
     (an RSA-1024 CA: Go and the API server accept it, OpenSSL's security level does not)."""
     now = dt.datetime.now(dt.UTC)
     leaf = (
-        x509.CertificateBuilder()
-        .subject_name(request.subject)
-        .issuer_name(signer.cert.subject)
-        .public_key(request.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(seconds=1))
-        .not_valid_after(now + lifetime)
+        cert_builder(
+            request.subject,
+            request.public_key(),
+            issuer=signer.cert.subject,
+            not_before=now - dt.timedelta(seconds=1),
+            not_after=now + lifetime,
+        )
         .add_extension(request.extensions.get_extension_for_class(x509.SubjectAlternativeName).value, False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(signer.key, hashes.SHA256())
@@ -420,16 +376,8 @@ def _serving_chain(
         return leaf
     weak = rsa.generate_private_key(65537, 1024)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "weak-intermediate")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(weak.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(weak, hashes.SHA256())
+    ca = self_signed(
+        weak, name, not_before=now - dt.timedelta(minutes=1), not_after=now + dt.timedelta(days=1)
     )
     return leaf + ca.public_bytes(serialization.Encoding.PEM)
 
@@ -451,7 +399,7 @@ async def test_serving_certificate_openssl_refuses_keeps_the_old_one_and_retries
 
     async def sign_next(lifetime: dt.timedelta, *, weak_ca: bool) -> None:
         """Act as the aws signer (nothing in the plane signs it): approve the next CSR, then answer it."""
-        name = await eventually(lambda: mgr.last_csr not in (None, *signed) and mgr.last_csr, "a CSR", 15)
+        name = await eventually(lambda: mgr.last_csr not in (None, *signed) and mgr.last_csr, 15, "a CSR")
         signed.append(name)
         path = f"/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}"
         csr = await home.get(CERTIFICATESIGNINGREQUESTS, name)
@@ -472,14 +420,14 @@ async def test_serving_certificate_openssl_refuses_keeps_the_old_one_and_retries
         await sign_next(dt.timedelta(hours=1), weak_ca=True)
         failed = "kubelet serving certificate request failed; retrying"
         record = await eventually(
-            lambda: next((r for r in caplog.records if r.getMessage() == failed), None), "the refusal", 15
+            lambda: next((r for r in caplog.records if r.getMessage() == failed), None), 15, "the refusal"
         )
         kv = getattr(record, "kv", {})
         assert "cannot be loaded" in kv["error"] and kv["serving"] == "the previous certificate"
         assert not task.done(), "the manager survives"
         assert mgr.current_context() is first_ctx and mgr.certificate_pem == first_pem and mgr.issued == 1
         await sign_next(dt.timedelta(hours=1), weak_ca=False)  # the retry (capped backoff) gets a good one
-        await eventually(lambda: mgr.issued == 2, "the next good certificate installed", 15)
+        await eventually(lambda: mgr.issued == 2, 15, "the next good certificate installed")
         assert mgr.current_context() is not first_ctx and not task.done()
     finally:
         task.cancel()
@@ -541,8 +489,8 @@ async def test_resourceslice_renewal_before_expiry_without_failed_requests(
             assert 150 < (stack.metric("vkbridge_client_certificate_expiry_seconds") or 0) <= 186
             await eventually(
                 lambda: stack.pool.credentials.client_cert_pem != b.cert_pem,
+                (first.not_valid_after_utc - dt.datetime.now(dt.UTC)).total_seconds(),
                 "the pool client to present the re-signed certificate",
-                timeout=(first.not_valid_after_utc - dt.datetime.now(dt.UTC)).total_seconds(),
             )
             assert dt.datetime.now(dt.UTC) < first.not_valid_after_utc
             # Keep the traffic going past the old certificate's expiry: only the new one can work then.
@@ -610,9 +558,7 @@ async def test_renew_on_the_pool_when_the_resourceslice_is_not_resigned(
         writer = asyncio.create_task(annotate())
         try:
             await eventually(
-                lambda: stack.pool.credentials.client_cert_pem != b.cert_pem,
-                "a renewed certificate",
-                timeout=90,
+                lambda: stack.pool.credentials.client_cert_pem != b.cert_pem, 90, "a renewed certificate"
             )
             await asyncio.sleep(0.5)  # keep writing through the renewer's Secret update
         finally:
@@ -636,7 +582,7 @@ async def test_renew_on_the_pool_when_the_resourceslice_is_not_resigned(
             secret = await home.get(SECRETS, b.secret_name, b.tenant_ns)
             return secret if kubeconfig_of(secret)[0] == new_pem else None
 
-        secret = await eventually(persisted, "the renewed certificate in the Secret", timeout=10)
+        secret = await eventually(persisted, 10, "the renewed certificate in the Secret")
         assert kubeconfig_of(secret)[1] == b.key_pem
         assert secret["metadata"]["annotations"]["test.vkbridge.io/mark"] == str(marks["n"]), "no write lost"
 
@@ -673,7 +619,7 @@ async def test_pool_that_never_answers_counts_failures_and_reuses_one_renew(
     async with new_peering("3m", None) as (b, _), credential_stack(home, b, renewer=knobs) as stack:
         assert stack.renewer is not None
         renewer = stack.renewer
-        await eventually(lambda: renewer.failures >= 3, "three failed renewal rounds", timeout=60)
+        await eventually(lambda: renewer.failures >= 3, 60, "three failed renewal rounds")
         renewer_task = stack.tasks[-1]
         assert not renewer_task.done(), "no crash"
         assert stack.metric("vkbridge_certificate_renewal_failures_total") == renewer.failures
@@ -700,7 +646,7 @@ async def test_secret_swaps_refuses_insecure_and_keeps_newer_certificate(
         kcfg = kubeconfig_dict(tunnel.url, b.ca_pem, cert, private_pem(key), name="rotated")
         t0 = time.monotonic()
         await write_secret_kubeconfig(home, b, kcfg)
-        await eventually(lambda: stack.pool.credentials.client_cert_pem == cert, "the swap", timeout=5)
+        await eventually(lambda: stack.pool.credentials.client_cert_pem == cert, 5, "the swap")
         assert time.monotonic() - t0 <= 5.0
         got = await stack.pool.request("POST", REVIEW_PATH, body=REVIEW)
         assert got["status"]["userInfo"]["username"] == b.identity_cn
@@ -714,8 +660,8 @@ async def test_secret_swaps_refuses_insecure_and_keeps_newer_certificate(
         await write_secret_kubeconfig(home, b, stale)
         await eventually(
             lambda: any("older certificate for the key in use" in m for m in caplog.messages),
+            5,
             "the downgrade to be refused",
-            timeout=5,
         )
         assert stack.pool.credentials.client_cert_pem == cert and stack.watcher.swaps == 1
 
@@ -723,7 +669,7 @@ async def test_secret_swaps_refuses_insecure_and_keeps_newer_certificate(
         insecure = kubeconfig_dict(tunnel.url, b.ca_pem, cert, private_pem(key), name="insecure")
         insecure["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
         await write_secret_kubeconfig(home, b, insecure)
-        await eventually(lambda: stack.invalid, "the insecure kubeconfig to be refused", timeout=5)
+        await eventually(lambda: stack.invalid, 5, "the insecure kubeconfig to be refused")
         assert "insecure-skip-tls-verify" in stack.invalid[0] and "refusing" in stack.invalid[0]
         assert stack.pool.credentials.client_cert_pem == cert and stack.watcher.swaps == 1
         assert (await stack.pool.request("POST", REVIEW_PATH, body=REVIEW))["status"]["userInfo"]
@@ -757,7 +703,7 @@ async def test_secret_kubeconfig_naming_a_token_file_is_refused_and_the_token_ne
     with RecordingServer(tmp_path) as evil:
         async with new_peering("365d", None) as (b, _), credential_stack(home, b) as stack:
             await write_secret_kubeconfig(home, b, token_file_kubeconfig(evil.url, evil.ca_pem, marker))
-            await eventually(lambda: stack.invalid or stack.watcher.swaps, "the Secret to be judged", 10)
+            await eventually(lambda: stack.invalid or stack.watcher.swaps, 10, "the Secret to be judged")
             assert stack.watcher.swaps == 0 and stack.pool.credentials.server != evil.url, "not swapped"
             assert "sets tokenFile, a local file path" in stack.invalid[0], stack.invalid
             refusals = [
@@ -801,7 +747,7 @@ async def test_renew_of_our_name_not_created_by_us_is_never_deleted(
         created = await pool_admin.create(RENEWS, foreign, b.remote_tenant_ns)
         async with credential_stack(home, b, renewer=knobs) as stack:
             assert stack.renewer is not None and stack.renewer.renew_name(cert_info(b.cert_pem)) == name
-            await eventually(lambda: stack.renewer and stack.renewer.failures >= 2, "two refused rounds", 60)
+            await eventually(lambda: stack.renewer and stack.renewer.failures >= 2, 60, "two refused rounds")
             still = await pool_admin.get(RENEWS, name, b.remote_tenant_ns)
             assert still["metadata"]["uid"] == created["metadata"]["uid"], "someone else's Renew was replaced"
             assert still["spec"]["csr"] == foreign["spec"]["csr"]
@@ -833,7 +779,7 @@ async def test_expired_certificate_is_reported_once_and_not_renewed(
             f"the pool client certificate expired at {expired_at}: apply a new bundle "
             "(user guide section 5, Rotate the credentials)"
         )
-        await eventually(lambda: line in caplog.messages, "the expiry line", timeout=40)
+        await eventually(lambda: line in caplog.messages, 40, "the expiry line")
         failures = stack.renewer.failures
         await asyncio.sleep(3)  # several retry periods: nothing more is attempted with a dead credential
         assert caplog.messages.count(line) == 1
@@ -909,14 +855,14 @@ async def test_pod_reflection_continues_across_a_certificate_renewal(
                 await sleep_until(first.not_valid_after_utc + dt.timedelta(seconds=5))
                 stop.set()
                 await asyncio.wait_for(tasks[0], 30)
-                await eventually(lambda: set(running) >= set(created), "every pod Running", 90)
+                await eventually(lambda: set(running) >= set(created), 90, "every pod Running")
                 tasks[1].cancel()
 
                 async def settled() -> bool:
                     local = {p["metadata"]["name"] for p in (await home.list(PODS, ns)).get("items") or []}
                     return not local & deleted
 
-                await eventually(settled, "deleted pods gone", 60)
+                await eventually(settled, 60, "deleted pods gone")
             finally:
                 for t in tasks:
                     t.cancel()

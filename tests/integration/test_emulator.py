@@ -10,14 +10,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
+import functools
 import hashlib
 import ipaddress
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import pytest
@@ -26,18 +27,18 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from e2e import waiting
 from e2e.bundle import (
     Bundle,
-    create_bundle,
     decode_kubeconfig_secret,
-    delete_bundle,
     kubeconfig_dict,
     make_csr,
     new_key,
     private_pem,
 )
 from e2e.controlplane import ControlPlane
-from e2e.emulator import EmulatorHandle, identity_cn, launch_emulator
+from e2e.demo import burst_hello
+from e2e.emulator import EmulatorHandle, identity_cn
 from e2e.emulator import names as n
 from e2e.emulator.certs import renewal_due_at
 from e2e.emulator.kube import ApiError, Credentials, Kube, api_path
@@ -52,29 +53,17 @@ from e2e.emulator.pod_webhook import (
 from e2e.emulator.quota_webhook import check, pod_cost
 from e2e.fixtures_pool import namespace_offloading, offload_namespace_async
 from e2e.tunnel import TunnelProxy
+from tests.integration.helpers import fresh_peering
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
-T = TypeVar("T")
 WEBHOOK_DENIED = 'admission webhook "shadowpod.validate.liqo.io" denied the request: '
 
 
-async def eventually(fn: Callable[[], Awaitable[T | None]], what: str, timeout: float = 30.0) -> T:
-    """Poll fn until it returns something truthy; API errors count as 'not yet'."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    last: object = None
-    while True:
-        try:
-            got = await fn()
-            if got:
-                return got
-            last = got
-        except (TimeoutError, ApiError, OSError, aiohttp.ClientError) as e:
-            last = e
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
-        await asyncio.sleep(0.1)
+# Answers the emulator's API gives while it settles count as "not yet".
+eventually = functools.partial(
+    waiting.eventually, interval=0.1, not_yet=(TimeoutError, ApiError, OSError, aiohttp.ClientError)
+)
 
 
 @pytest.fixture
@@ -306,9 +295,7 @@ async def test_offloading_yields_remote_namespace_and_accepted_mapping(
     ]
 
     nso_path = api_path(n.OFFLOADING, n.NAMESPACEOFFLOADINGS, ns, n.OFFLOADING_NAME)
-    nso = await eventually(
-        lambda: _with_phase(ck, nso_path, "Ready"), "NamespaceOffloading Ready", timeout=10
-    )
+    nso = await eventually(lambda: _with_phase(ck, nso_path, "Ready"), 10, "NamespaceOffloading Ready")
     assert nso["status"]["remoteNamespaceName"] == remote
 
     # Deleting the NamespaceOffloading removes the entry and the remote namespace.
@@ -324,7 +311,7 @@ async def test_offloading_yields_remote_namespace_and_accepted_mapping(
             and await pk.get_or_none(api_path("v1", "namespaces", name=remote)) is None
         )
 
-    await eventually(gone, "mapping entry and remote namespace removed", timeout=90)
+    await eventually(gone, 90, "mapping entry and remote namespace removed")
 
 
 async def _with_phase(ck: Kube, path: str, phase: str) -> dict[str, Any] | None:
@@ -345,7 +332,7 @@ async def test_namespaceoffloading_without_selector_selects_no_cluster(
     }
     await ck.create(api_path(n.OFFLOADING, n.NAMESPACEOFFLOADINGS, ns), body)
     path = api_path(n.OFFLOADING, n.NAMESPACEOFFLOADINGS, ns, "offloading")
-    await eventually(lambda: _with_phase(ck, path, "NoClusterSelected"), "NoClusterSelected", timeout=10)
+    await eventually(lambda: _with_phase(ck, path, "NoClusterSelected"), 10, "NoClusterSelected")
     nm = await ck.get(api_path(n.OFFLOADING, n.NAMESPACEMAPS, bundle.tenant_ns, bundle.slug))
     assert ns not in (nm["spec"].get("desiredMapping") or {})
 
@@ -367,9 +354,7 @@ async def test_restarted_emulator_converges(
         await asyncio.to_thread(emulator.start)
     assert emulator.webhook_port > 0 and old_port > 0
     await eventually(
-        lambda: _absent(pk, api_path("v1", "namespaces", name=remote)),
-        "stale remote namespace removed",
-        timeout=90,
+        lambda: _absent(pk, api_path("v1", "namespaces", name=remote)), 90, "stale remote namespace removed"
     )
     vwc = await pk.get(api_path(n.ADMISSIONREG, "validatingwebhookconfigurations", name=n.WEBHOOK_NAME))
     assert vwc["webhooks"][0]["clientConfig"]["url"].endswith(f":{emulator.webhook_port}/validate/shadowpods")
@@ -400,7 +385,7 @@ async def test_shadowpod_becomes_running_pod_owned_by_it_and_is_recreated(
         ok = (pod.get("status") or {}).get("phase") == "Running" and pod["metadata"]["uid"] != not_uid
         return pod if ok and not pod["metadata"].get("deletionTimestamp") else None
 
-    pod = await eventually(running_pod, "pod Running", timeout=60)
+    pod = await eventually(running_pod, 60, "pod Running")
     refs = pod["metadata"]["ownerReferences"]
     assert [(r["kind"], r["name"], r["uid"], r.get("controller")) for r in refs] == [
         ("ShadowPod", "web", sp["metadata"]["uid"], True)
@@ -410,20 +395,18 @@ async def test_shadowpod_becomes_running_pod_owned_by_it_and_is_recreated(
     assert pod["metadata"]["annotations"]["example.com/note"] == "copied"
     assert pod["spec"]["containers"][0]["command"] == ["sleep", "3600"]
     sp_path = api_path(n.OFFLOADING, n.SHADOWPODS, remote, "web")
-    await eventually(lambda: _sp_phase(pk, sp_path, "Running"), "ShadowPod status Running", timeout=10)
+    await eventually(lambda: _sp_phase(pk, sp_path, "Running"), 10, "ShadowPod status Running")
 
     # A deleted pod comes back with a new UID, still owned by the ShadowPod.
     await pk.delete(pod_path, uid=pod["metadata"]["uid"], grace=0)
-    again = await eventually(
-        lambda: running_pod(not_uid=pod["metadata"]["uid"]), "pod re-created", timeout=60
-    )
+    again = await eventually(lambda: running_pod(not_uid=pod["metadata"]["uid"]), 60, "pod re-created")
     assert again["metadata"]["ownerReferences"][0]["uid"] == sp["metadata"]["uid"]
 
     # A terminal ShadowPod is left alone: its pod is not re-created any more.
     await pk.patch(f"{sp_path}/status", {"status": {"phase": "Succeeded"}})
-    await eventually(lambda: _sp_phase(pk, sp_path, "Succeeded"), "ShadowPod Succeeded", timeout=10)
+    await eventually(lambda: _sp_phase(pk, sp_path, "Succeeded"), 10, "ShadowPod Succeeded")
     await pk.delete(pod_path, uid=again["metadata"]["uid"], grace=0)
-    await eventually(lambda: _absent(pk, pod_path), "pod deleted", timeout=30)
+    await eventually(lambda: _absent(pk, pod_path), 30, "pod deleted")
     await asyncio.sleep(1.0)  # give a wrong re-creation the time to show up
     assert await pk.get_or_none(pod_path) is None
 
@@ -476,7 +459,9 @@ async def test_bundle_kubeconfig_authenticates_through_the_tunnel_and_blackhole_
                 await whoami(tenant, timeout=2.0)
         finally:
             tunnel.restore()
-        info = await eventually(lambda: whoami(tenant, timeout=3.0), "the pool through the restored tunnel")
+        info = await eventually(
+            lambda: whoami(tenant, timeout=3.0), 30.0, "the pool through the restored tunnel"
+        )
         assert info["username"] == bundle.identity_cn
 
 
@@ -525,9 +510,7 @@ async def test_quota_webhook_denies_over_grant_and_frees_terminal_pods(
 
     # A terminal ShadowPod frees its share at once (Liqo keeps it counted: liqo#3137).
     await pk.patch(f"{coll}/first/status", {"status": {"phase": "Succeeded"}})
-    await eventually(
-        lambda: tenant.create(coll, second), "second admitted once first is terminal", timeout=15
-    )
+    await eventually(lambda: tenant.create(coll, second), 15, "second admitted once first is terminal")
     # Give the grant back now rather than when the namespace goes (later tests share it).
     for name in ("second", "first"):
         await tenant.delete(f"{coll}/{name}")
@@ -537,27 +520,8 @@ async def test_quota_webhook_denies_over_grant_and_frees_terminal_pods(
 
 
 def burst_pod(slug: str) -> dict[str, Any]:
-    """GUIDE §3.8 (no Liqo toleration: the consumer pod webhook adds it)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"generateName": "burst-hello-"},
-        "spec": {
-            "tolerations": [
-                {"key": "multicloud.io/pool", "operator": "Equal", "value": slug, "effect": "NoSchedule"}
-            ],
-            "nodeSelector": {"multicloud.io/pool": slug},
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "hello",
-                    "image": "busybox:1.36",
-                    "command": ["sh", "-c", "echo hello from the pool; uname -n; sleep 30"],
-                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-                }
-            ],
-        },
-    }
+    """GUIDE §3.8 as the demo runs it (no Liqo toleration: the consumer pod webhook adds it), named afresh."""
+    return {**burst_hello(slug), "metadata": {"generateName": "burst-hello-"}}
 
 
 def liqo_tolerations(pod: dict[str, Any]) -> list[dict[str, Any]]:
@@ -574,7 +538,7 @@ async def test_pod_webhook_tolerates_virtual_node_in_offloaded_namespaces_only(
 ) -> None:
     ns, _ = await offloaded(ck, pk, fresh_ns, consumer)
     plain = await asyncio.to_thread(fresh_ns, consumer)
-    await eventually(lambda: _labelled(ck, ns), f"{SCHEDULING_LABEL} on the offloaded namespace", timeout=10)
+    await eventually(lambda: _labelled(ck, ns), 10, f"{SCHEDULING_LABEL} on the offloaded namespace")
 
     pod = await ck.create(api_path("v1", "pods", ns), burst_pod(bundle.slug))
     assert liqo_tolerations(pod) == [LIQO_TOLERATION]
@@ -599,7 +563,7 @@ async def test_pod_webhook_tolerates_virtual_node_in_offloaded_namespaces_only(
 
     # No NamespaceOffloading any more: the label goes and pods are left alone again.
     await ck.delete(api_path(n.OFFLOADING, n.NAMESPACEOFFLOADINGS, ns, n.OFFLOADING_NAME))
-    await eventually(lambda: _labelled(ck, ns, want=False), f"{SCHEDULING_LABEL} removed", timeout=10)
+    await eventually(lambda: _labelled(ck, ns, want=False), 10, f"{SCHEDULING_LABEL} removed")
     pod = await ck.create(api_path("v1", "pods", ns), burst_pod(bundle.slug))
     assert liqo_tolerations(pod) == [] and "affinity" not in pod["spec"]
 
@@ -608,7 +572,7 @@ async def test_pod_webhook_is_unregistered_on_stop_and_ignored_when_dead(
     emulator: EmulatorHandle, bundle: Bundle, consumer: ControlPlane, ck: Kube, pk: Kube, fresh_ns: Any
 ) -> None:
     ns, _ = await offloaded(ck, pk, fresh_ns, consumer)
-    await eventually(lambda: _labelled(ck, ns), f"{SCHEDULING_LABEL} on the offloaded namespace", timeout=10)
+    await eventually(lambda: _labelled(ck, ns), 10, f"{SCHEDULING_LABEL} on the offloaded namespace")
     pods = api_path("v1", "pods", ns)
     mwc_path = api_path(n.ADMISSIONREG, "mutatingwebhookconfigurations", name=CONFIG_NAME)
     mwc = await ck.get(mwc_path)
@@ -638,7 +602,7 @@ async def test_pod_webhook_is_unregistered_on_stop_and_ignored_when_dead(
     async def mutated() -> bool:
         return liqo_tolerations(await ck.create(pods, burst_pod(bundle.slug))) == [LIQO_TOLERATION]
 
-    await eventually(mutated, "pods mutated again once the emulator is back", timeout=15)
+    await eventually(mutated, 15, "pods mutated again once the emulator is back")
 
 
 # ---- (f) Renew -------------------------------------------------------------------------------------
@@ -673,7 +637,7 @@ async def test_renew_signs_exact_subject_only(
         crt = ((r.get("status") or {}).get("authParams") or {}).get("signedCRT")
         return base64.b64decode(crt) if crt else None
 
-    cert_pem = await eventually(signed, "Renew signed", timeout=15)
+    cert_pem = await eventually(signed, 15, "Renew signed")
     kcfg = kubeconfig_dict(tunnel.url, bundle.ca_pem, cert_pem, private_pem(key), name="renewed")
     async with Kube.from_kubeconfig(kcfg) as renewed:
         info = await whoami(renewed)
@@ -699,7 +663,7 @@ async def test_renew_signs_exact_subject_only(
             )
             return any(e["reason"] == "RenewDenied" for e in events["items"])
 
-        await eventually(denied, f"RenewDenied event for {names[name]}", timeout=15)
+        await eventually(denied, 15, f"RenewDenied event for {names[name]}")
         r = await pk.get(f"{coll}/{name}")
         assert not (r.get("status") or {}).get("authParams"), f"{names[name]} must not be signed"
 
@@ -716,31 +680,11 @@ async def test_resourceslice_cert_resigned_at_two_thirds_and_propagated(
     ck: Kube,
     pk: Kube,
 ) -> None:
-    slug, cid = f"c{uuid.uuid4().hex[:12]}", f"c-{uuid.uuid4().hex[:8]}"
-    lifetime = dt.timedelta(seconds=30)
-    b = await asyncio.to_thread(
-        create_bundle,
-        consumer,
-        pool,
-        slug=slug,
-        consumer_id=cid,
-        pool_server_url=tunnel.url,
-        cert_lifetime=lifetime,
+    peering = fresh_peering(
+        consumer, pool, tunnel.url, pool_ca_files, pool_workdir, "30s", "replicator,resourceslice"
     )
-    emu = await asyncio.to_thread(
-        launch_emulator,
-        consumer_kubeconfig=consumer.admin_kubeconfig,
-        pool_kubeconfig=pool.admin_kubeconfig,
-        consumer_id=cid,
-        slug=slug,
-        pool_ca_cert=pool_ca_files[0],
-        pool_ca_key=pool_ca_files[1],
-        workdir=pool_workdir / f"emulator-{slug}",
-        api_server_url=tunnel.url,
-        cert_lifetime="30s",
-        controllers="replicator,resourceslice",
-    )
-    try:
+    async with peering as (b, _):
+        slug, cid = b.slug, b.consumer_id
         first = x509.load_pem_x509_certificate(b.cert_pem)
         due = renewal_due_at(first)
         rs_path = api_path(n.AUTH, n.RESOURCESLICES, b.remote_tenant_ns, slug)
@@ -750,7 +694,7 @@ async def test_resourceslice_cert_resigned_at_two_thirds_and_propagated(
             crt = x509.load_pem_x509_certificate(base64.b64decode(rs["status"]["authParams"]["signedCRT"]))
             return crt if crt.serial_number != first.serial_number else None
 
-        new = await eventually(resigned, "certificate re-signed", timeout=40)
+        new = await eventually(resigned, 40, "certificate re-signed")
         signed_at = new.not_valid_before_utc + dt.timedelta(seconds=5)  # the emulator backdates by 5 s
         assert due - dt.timedelta(seconds=1) <= signed_at < first.not_valid_after_utc, (due, signed_at)
         assert new.subject == first.subject
@@ -767,19 +711,16 @@ async def test_resourceslice_cert_resigned_at_two_thirds_and_propagated(
             user = kcfg["users"][0]["user"]
             return kcfg if base64.b64decode(user["client-certificate-data"]) == new_pem else None
 
-        kcfg = await eventually(propagated, "new certificate in the kubeconfig Secret", timeout=10)
+        kcfg = await eventually(propagated, 10, "new certificate in the kubeconfig Secret")
         assert base64.b64decode(kcfg["users"][0]["user"]["client-key-data"]) == b.key_pem, "key kept"
         consumer_rs = await eventually(
             lambda: _replicated(ck, api_path(n.AUTH, n.RESOURCESLICES, b.tenant_ns, slug), new_pem),
+            10,
             "status replicated to the consumer",
-            timeout=10,
         )
         assert consumer_rs["status"]["resources"] == b.grant
         async with Kube.from_kubeconfig(kcfg) as renewed:
             assert (await whoami(renewed))["username"] == identity_cn(slug, cid)
-    finally:
-        await asyncio.to_thread(emu.stop)
-        await asyncio.to_thread(delete_bundle, consumer, pool, b)
 
 
 async def _replicated(ck: Kube, path: str, cert_pem: bytes) -> dict[str, Any] | None:
@@ -856,8 +797,8 @@ async def test_kubelet_serving_csr_of_a_tenant_serviceaccount_is_approved(
         async with as_sa:
             by_sa = await eventually(
                 lambda: as_sa.create(csrs, csr_body(serving_csr(f"system:node:{bundle.slug}"))),
+                10,
                 "CSR created by the tenant ServiceAccount (RBAC settling)",
-                timeout=10,
             )
         created.append(by_sa["metadata"]["name"])
 
@@ -865,7 +806,7 @@ async def test_kubelet_serving_csr_of_a_tenant_serviceaccount_is_approved(
             got = await ck.get(f"{csrs}/{by_sa['metadata']['name']}")
             return got if (got.get("status") or {}).get("certificate") else None
 
-        done = await eventually(issued, "kubelet-serving certificate issued", timeout=30)
+        done = await eventually(issued, 30, "kubelet-serving certificate issued")
         first = done["status"]["conditions"][0]
         assert (first["type"], first["reason"]) == ("Approved", "LiqoApproval")
         cert = x509.load_pem_x509_certificate(base64.b64decode(done["status"]["certificate"]))

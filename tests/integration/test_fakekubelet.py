@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import ssl
 import time
@@ -28,6 +27,7 @@ from e2e.fakekubelet import (
 )
 from e2e.fakekubelet.kubeclient import KubeClient, client_ssl_context, load_kubeconfig
 from e2e.fixtures_planes import FreshNs
+from tests.integration.helpers import events_for, processes_with
 
 pytestmark = pytest.mark.integration
 
@@ -126,6 +126,14 @@ def phase(value: str) -> Callable[[Json], bool]:
     return lambda p: p.get("status", {}).get("phase") == value
 
 
+async def follow_logs(plane: ControlPlane, ns: str, name: str, *args: str) -> asyncio.subprocess.Process:
+    """``kubectl logs -f`` on the pod, its output piped; the caller kills it."""
+    return await asyncio.create_subprocess_exec(
+        str(plane.bin["kubectl"]), f"--kubeconfig={plane.admin_kubeconfig}", "logs", "-f", *args, "-n", ns, name,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
 def main_status(pod: Json) -> Json:
     """The first container's status, or {} before the kubelet wrote one."""
     return dict((pod.get("status", {}).get("containerStatuses") or [{}])[0])
@@ -134,27 +142,6 @@ def main_status(pod: Json) -> Json:
 def running_and_ready(pod: Json) -> bool:
     conds = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
     return phase("Running")(pod) and conds.get("Ready") == "True"
-
-
-def pod_events(plane: ControlPlane, ns: str, name: str) -> list[Json]:
-    status, body = plane.api(
-        "GET", f"/api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.name%3D{name}"
-    )
-    assert status == 200, body
-    return list(body["items"])
-
-
-def processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if marker.encode() in cmdline:
-                found.append(int(entry))
-    return found
 
 
 # -- node and lease --------------------------------------------------------------------------------------
@@ -227,12 +214,12 @@ def test_completed_pod_succeeds_and_kubectl_logs_show_its_output(fk: FakeNodes, 
     assert out.splitlines() == ["hello", "oops"]
 
     def kubelet_events() -> set[str] | None:
-        evs = [e for e in pod_events(fk.plane, ns, "hello") if e["source"].get("component") == "kubelet"]
+        evs = [e for e in events_for(fk.plane, ns, "hello") if e["source"].get("component") == "kubelet"]
         reasons = {e["reason"] for e in evs}
         return reasons if {"Pulled", "Created", "Started"} <= reasons else None
 
     wait_for(kubelet_events, 15, "Pulled/Created/Started events")
-    ev = next(e for e in pod_events(fk.plane, ns, "hello") if e["reason"] == "Started")
+    ev = next(e for e in events_for(fk.plane, ns, "hello") if e["reason"] == "Started")
     assert ev["source"] == {"component": "kubelet", "host": node}
     assert (
         ev["reportingComponent"] == "kubelet" and ev["involvedObject"]["fieldPath"] == "spec.containers{main}"
@@ -281,18 +268,7 @@ async def test_long_running_pod_and_logs_follow_tail(fk: FakeNodes, fresh_ns: Fr
         lambda: len(fk.plane.kubectl("logs", "-n", ns, "ticker").stdout.splitlines()) >= 5, 15, "5 log lines"
     )
 
-    proc = await asyncio.create_subprocess_exec(
-        str(fk.plane.bin["kubectl"]),
-        f"--kubeconfig={fk.plane.admin_kubeconfig}",
-        "logs",
-        "-f",
-        "--tail=1",
-        "-n",
-        ns,
-        "ticker",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    proc = await follow_logs(fk.plane, ns, "ticker", "--tail=1")
     try:
         assert proc.stdout is not None
         lines = [(await asyncio.wait_for(proc.stdout.readline(), 10)).decode() for _ in range(4)]
@@ -364,17 +340,7 @@ async def test_logs_follow_ends_when_the_container_exits(fk: FakeNodes, fresh_ns
     script = "echo first; sleep 1.5; echo last"
     create_pod(fk.plane, ns, pod_manifest("brief", fk.nodes[0], ["sh", "-c", script]))
     wait_pod(fk.plane, ns, "brief", running_and_ready, "Running")
-    proc = await asyncio.create_subprocess_exec(
-        str(fk.plane.bin["kubectl"]),
-        f"--kubeconfig={fk.plane.admin_kubeconfig}",
-        "logs",
-        "-f",
-        "-n",
-        ns,
-        "brief",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    proc = await follow_logs(fk.plane, ns, "brief")
     try:
         out, err = await asyncio.wait_for(proc.communicate(), 15)
     finally:
@@ -403,7 +369,7 @@ def test_restart_policy_always_counts_restarts_and_keeps_previous_logs(
     assert st["lastState"]["terminated"]["reason"] == "Error"
     previous = fk.plane.kubectl("logs", "-n", ns, "crashy", "--previous").stdout
     assert previous.startswith("run at "), previous
-    reasons = {e["reason"] for e in pod_events(fk.plane, ns, "crashy")}
+    reasons = {e["reason"] for e in events_for(fk.plane, ns, "crashy")}
     assert "BackOff" in reasons
 
 
@@ -577,7 +543,7 @@ def test_no_exec_annotations_exit_and_fail_start(fk_noexec: FakeNodes, fresh_ns:
     assert pod["status"]["phase"] == "Pending"
     assert main_status(pod)["state"]["waiting"]["reason"] == "ImagePullBackOff"
     wait_for(
-        lambda: any(e["type"] == "Warning" for e in pod_events(plane, ns, "pull")),
+        lambda: any(e["type"] == "Warning" for e in events_for(plane, ns, "pull")),
         15,
         "a Warning event for pull",
     )

@@ -16,7 +16,6 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-import os
 import ssl
 import time
 import uuid
@@ -34,7 +33,8 @@ from e2e.emulator.rbac import VK_REMOTE_RULES
 from e2e.fakekubelet import FakeKubeletHandle
 from e2e.fixtures_pool import POOL_NODES
 from e2e.pki import CertAuthority
-from tests.integration.helpers import run_in_pty
+from e2e.waiting import eventually
+from tests.integration.helpers import must, processes_with, run_in_pty
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import PODS, KubeClient
 from vkbridge.kube.health import HealthChecks
@@ -85,12 +85,6 @@ class Env:
         return self.remote_ns if ns == self.ns else None
 
 
-def _api_ok(plane: ControlPlane, method: str, path: str, body: Any = None, **kw: Any) -> Json:
-    status, obj = plane.api(method, path, body, **kw)
-    assert 200 <= status < 300, f"{method} {path}: {status} {obj}"
-    return dict(obj)
-
-
 def _pod(name: str, node: str, command: list[str] | None = None) -> Json:
     container: Json = {"name": "main", "image": "busybox:1.36"}
     if command:
@@ -118,8 +112,8 @@ def env(
     cert, key = consumer.ca.issue(f"system:node:{node}", ["system:nodes"], server=True, ips=["127.0.0.1"])
     assert key is not None
     # The consumer side: a Node pointing at us, two namespaces, pods bound to the node.
-    _api_ok(consumer, "POST", "/api/v1/nodes", {"metadata": {"name": node, "labels": {"type": "virtual"}}})
-    _api_ok(
+    must(consumer, "POST", "/api/v1/nodes", {"metadata": {"name": node, "labels": {"type": "virtual"}}})
+    must(
         consumer,
         "PATCH",
         f"/api/v1/nodes/{node}/status",
@@ -132,7 +126,7 @@ def env(
         content_type="application/merge-patch+json",
     )
     for name in (ns, stray):
-        _api_ok(consumer, "POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+        must(consumer, "POST", "/api/v1/namespaces", {"metadata": {"name": name}})
     wait_for(
         lambda: consumer.api("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default")[0] == 200, 30, "sa"
     )
@@ -140,7 +134,7 @@ def env(
         lambda: consumer.api("GET", f"/api/v1/namespaces/{stray}/serviceaccounts/default")[0] == 200, 30, "sa"
     )
     for pns, name in ((ns, "app"), (stray, "stray")):
-        _api_ok(consumer, "POST", f"/api/v1/namespaces/{pns}/pods", _pod(name, node))
+        must(consumer, "POST", f"/api/v1/namespaces/{pns}/pods", _pod(name, node))
     # What reflection would report back: the pod runs (kubectl port-forward and attach check it).
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     running = {
@@ -155,18 +149,16 @@ def env(
         }
     }  # fmt: skip
     pods = [
-        _api_ok(consumer, "PATCH", f"/api/v1/namespaces/{pns}/pods/{name}/status", running,
+        must(consumer, "PATCH", f"/api/v1/namespaces/{pns}/pods/{name}/status", running,
                 content_type="application/merge-patch+json")
         for pns, name in ((ns, "app"), (stray, "stray"))
     ]  # fmt: skip
     # The pool side: the same pod, run by the fake pool kubelet.
-    _api_ok(pool, "POST", "/api/v1/namespaces", {"metadata": {"name": remote}})
+    must(pool, "POST", "/api/v1/namespaces", {"metadata": {"name": remote}})
     wait_for(
         lambda: pool.api("GET", f"/api/v1/namespaces/{remote}/serviceaccounts/default")[0] == 200, 30, "sa"
     )
-    _api_ok(
-        pool, "POST", f"/api/v1/namespaces/{remote}/pods", _pod("app", POOL_NODES[0], ["sh", "-c", TICKER])
-    )
+    must(pool, "POST", f"/api/v1/namespaces/{remote}/pods", _pod("app", POOL_NODES[0], ["sh", "-c", TICKER]))
     wait_for(
         lambda: (
             pool.api("GET", f"/api/v1/namespaces/{remote}/pods/app")[1].get("status", {}).get("phase")
@@ -221,23 +213,18 @@ async def node_pods(home: KubeClient, node: str) -> AsyncIterator[Cache]:
         await asyncio.gather(task, return_exceptions=True)
 
 
-@pytest.fixture
-async def server(env: Env) -> AsyncIterator[KubeletServer]:
+@contextlib.asynccontextmanager
+async def running_server(env: Env, metrics: Metrics | None = None) -> AsyncIterator[KubeletServer]:
+    """The kubelet API on ``env.port``, serving and wired as app.py wires it (``metrics``: its registry)."""
     home = KubeClient(parse_kubeconfig(env.home_kubeconfig), name="consumer")
     pool = KubeClient(parse_kubeconfig(env.pool_kubeconfig), name="pool")
     ctx = server_context(*env.serving, env.workdir)
     async with node_pods(home, env.node) as local_pods:
         srv = KubeletServer(
-            home,
-            pool,
-            node_name=env.node,
-            listen_host="127.0.0.1",
-            port=env.port,
-            ssl_context_provider=lambda: ctx,
-            client_ca_pem=env.consumer.ca_pem,
-            remote_namespace=env.remote_namespace,
-            local_pods=local_pods,
-        )
+            home, pool, node_name=env.node, listen_host="127.0.0.1", port=env.port,
+            ssl_context_provider=lambda: ctx, client_ca_pem=env.consumer.ca_pem,
+            remote_namespace=env.remote_namespace, local_pods=local_pods, metrics=metrics,
+        )  # fmt: skip
         await srv.start()
         await srv.wait_serving(5)
         try:
@@ -248,12 +235,10 @@ async def server(env: Env) -> AsyncIterator[KubeletServer]:
             await pool.close()
 
 
-async def eventually(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
+@pytest.fixture
+async def server(env: Env) -> AsyncIterator[KubeletServer]:
+    async with running_server(env) as srv:
+        yield srv
 
 
 async def kubectl(env: Env, *args: str, input: str | None = None, timeout: float = 60) -> Any:
@@ -305,10 +290,10 @@ async def test_kubectl_logs_follow_streams_and_ends_when_the_client_leaves(
 
 async def test_kubectl_logs_follow_ends_when_the_container_ends(env: Env, server: KubeletServer) -> None:
     name = f"short-{uuid.uuid4().hex[:5]}"
-    _api_ok(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/pods", _pod(name, env.node))
+    must(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/pods", _pod(name, env.node))
     body = _pod(name, POOL_NODES[0], ["sh", "-c", "echo first; sleep 4; echo last"])
     body["spec"]["restartPolicy"] = "Never"
-    _api_ok(env.pool, "POST", f"/api/v1/namespaces/{env.remote_ns}/pods", body)
+    must(env.pool, "POST", f"/api/v1/namespaces/{env.remote_ns}/pods", body)
     await eventually(
         lambda: (
             env.pool.api("GET", f"/api/v1/namespaces/{env.remote_ns}/pods/{name}")[1]
@@ -367,13 +352,13 @@ async def test_logs_and_exec_reach_only_pods_bound_to_this_node_with_the_uid_giv
     bound elsewhere) and pods with no local counterpart. A kubelet answers 404 for a pod it does not run,
     and for a UID in the path that is not its pod's."""
     other = f"{env.node}-other"
-    _api_ok(env.consumer, "POST", "/api/v1/nodes", {"metadata": {"name": other}})
+    must(env.consumer, "POST", "/api/v1/nodes", {"metadata": {"name": other}})
     remote_pods = ("elsewhere", "orphan")
     try:
-        _api_ok(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/pods", _pod("elsewhere", other))
+        must(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/pods", _pod("elsewhere", other))
         for name in remote_pods:
             body = _pod(name, POOL_NODES[0], ["sh", "-c", TICKER])
-            _api_ok(env.pool, "POST", f"/api/v1/namespaces/{env.remote_ns}/pods", body)
+            must(env.pool, "POST", f"/api/v1/namespaces/{env.remote_ns}/pods", body)
         await eventually(
             lambda: all(
                 env.pool.api("GET", f"/api/v1/namespaces/{env.remote_ns}/pods/{n}")[1]
@@ -446,20 +431,6 @@ async def test_kubectl_exec_errors_are_reported(env: Env, server: KubeletServer)
     assert res.returncode != 0 and "is not reflected to the pool" in res.stderr, res.stderr
 
 
-def processes_with(marker: str) -> list[int]:
-    """Pids whose command line contains marker (the fake pool kubelet runs commands locally)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if marker.encode() in cmdline:
-                found.append(int(entry))
-    return found
-
-
 async def start_kubectl_exec(env: Env, command: str) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
         str(env.consumer.bin["kubectl"]),
@@ -503,10 +474,10 @@ async def test_kubectl_exec_tty_with_resize(env: Env, server: KubeletServer) -> 
 async def test_exec_websocket_passthrough_v5_and_v4(env: Env, server: KubeletServer) -> None:
     # Declared ExtendWebSocketsToKubelet: the apiserver forwards kubectl's WebSocket v5 unchanged.
     patch = {"status": {"declaredFeatures": ["ExtendWebSocketsToKubelet"]}}
-    _api_ok(env.consumer, "PATCH", f"/api/v1/nodes/{env.node}/status", patch,
+    must(env.consumer, "PATCH", f"/api/v1/nodes/{env.node}/status", patch,
             content_type="application/merge-patch+json")  # fmt: skip
     try:
-        node = _api_ok(env.consumer, "GET", f"/api/v1/nodes/{env.node}")
+        node = must(env.consumer, "GET", f"/api/v1/nodes/{env.node}")
         assert node["status"].get("declaredFeatures") == ["ExtendWebSocketsToKubelet"], node["status"]
         res = await kubectl(
             env, "exec", "-i", "-n", env.ns, "app", "--", "sh", "-c", "cat; exit 4", input="x\n"
@@ -514,7 +485,7 @@ async def test_exec_websocket_passthrough_v5_and_v4(env: Env, server: KubeletSer
         assert (res.returncode, res.stdout) == (4, "x\n"), res.stderr
         assert server.stream_protocols["websocket/v5.channel.k8s.io"] == 1, server.stream_protocols
     finally:
-        _api_ok(env.consumer, "PATCH", f"/api/v1/nodes/{env.node}/status",
+        must(env.consumer, "PATCH", f"/api/v1/nodes/{env.node}/status",
                 {"status": {"declaredFeatures": None}}, content_type="application/merge-patch+json")  # fmt: skip
     # A v4 client (kubernetes_asyncio's default) is always passed through.
     admin, admin_key = env.consumer.issue_client_cert("ws-admin", ["system:masters"])
@@ -623,8 +594,8 @@ async def test_a_pool_that_forbids_websocket_exec_is_reached_over_spdy(
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
         "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
     }
-    _api_ok(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
-    _api_ok(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+    must(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+    must(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
     cert, key = env.consumer.issue_client_cert(user)
     assert key is not None
     client = KubeClient(parse_kubeconfig(env.consumer.kubeconfig_dict(cert, key)), name="liqo-role")
@@ -663,8 +634,8 @@ async def test_a_pool_that_forbids_websocket_exec_is_reached_over_spdy(
 
 
 def _token(env: Env, sa: str) -> str:
-    _api_ok(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/serviceaccounts", {"metadata": {"name": sa}})
-    tr = _api_ok(
+    must(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/serviceaccounts", {"metadata": {"name": sa}})
+    tr = must(
         env.consumer,
         "POST",
         f"/api/v1/namespaces/{env.ns}/serviceaccounts/{sa}/token",
@@ -730,8 +701,8 @@ async def test_service_account_tokens_are_authorized_by_subject_access_review(
         },
         "subjects": [{"kind": "ServiceAccount", "name": f"proxier-{tag}", "namespace": env.ns}],
     }
-    _api_ok(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
-    _api_ok(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+    must(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+    must(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
     try:
         status, body = await _get(env, "/pods", token=allowed)
         assert status == 200, body
@@ -771,7 +742,7 @@ async def test_a_changed_client_ca_is_trusted_without_a_restart(env: Env) -> Non
     tag = uuid.uuid4().hex[:5]
     cm = f"client-ca-{tag}"
     old = CertAuthority.create("retired-client-ca")
-    _api_ok(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/configmaps",
+    must(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/configmaps",
             {"metadata": {"name": cm}, "data": {"client-ca-file": old.cert_pem.decode()}})  # fmt: skip
     home = KubeClient(parse_kubeconfig(env.home_kubeconfig), name="consumer")
     pool = KubeClient(parse_kubeconfig(env.pool_kubeconfig), name="pool")
@@ -800,7 +771,7 @@ async def test_a_changed_client_ca_is_trusted_without_a_restart(env: Env) -> Non
         await srv.start()
         await srv.wait_serving(5)
         assert await status() is None  # signed by the consumer CA, which is not trusted yet
-        _api_ok(env.consumer, "PATCH", f"/api/v1/namespaces/{env.ns}/configmaps/{cm}",
+        must(env.consumer, "PATCH", f"/api/v1/namespaces/{env.ns}/configmaps/{cm}",
                 {"data": {"client-ca-file": env.consumer.ca_pem.decode()}},
                 content_type="application/merge-patch+json")  # fmt: skip
         deadline = time.monotonic() + 15
@@ -929,24 +900,9 @@ PROM_PATHS = ("/metrics", "/metrics/resource", "/metrics/cadvisor", "/metrics/pr
 @contextlib.asynccontextmanager
 async def server_with_registry(env: Env, metrics: Metrics) -> AsyncIterator[Env]:
     """A second kubelet API on its own port, wired with vkbridge's registry as app.py wires it."""
-    home = KubeClient(parse_kubeconfig(env.home_kubeconfig), name="consumer")
-    pool = KubeClient(parse_kubeconfig(env.pool_kubeconfig), name="pool")
-    ctx = server_context(*env.serving, env.workdir)
     here = dataclasses.replace(env, port=free_port())
-    async with node_pods(home, env.node) as local_pods:
-        srv = KubeletServer(
-            home, pool, node_name=env.node, listen_host="127.0.0.1", port=here.port,
-            ssl_context_provider=lambda: ctx, client_ca_pem=env.consumer.ca_pem,
-            remote_namespace=env.remote_namespace, local_pods=local_pods, metrics=metrics,
-        )  # fmt: skip
-        await srv.start()
-        await srv.wait_serving(5)
-        try:
-            yield here
-        finally:
-            await srv.stop()
-            await home.close()
-            await pool.close()
+    async with running_server(here, metrics):
+        yield here
 
 
 def _families(body: str) -> dict[str, Any]:
@@ -966,8 +922,8 @@ def _bind_node_subresource(env: Env, user: str, subresource: str) -> Callable[[]
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
         "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}],
     }
-    _api_ok(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
-    _api_ok(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+    must(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+    must(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
 
     def undo() -> None:
         env.consumer.api("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{name}")
@@ -1050,7 +1006,7 @@ async def test_runningpods_lists_only_the_pods_that_run_on_the_pool(env: Env, se
     """A pod held back (here: bound, never sent, so Pending with no container status) is on /pods, not on
     /runningpods: the kubelet lists what its runtime runs."""
     held = f"held-{uuid.uuid4().hex[:5]}"
-    _api_ok(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/pods", _pod(held, env.node))
+    must(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/pods", _pod(held, env.node))
     admin, key = env.consumer.issue_client_cert("runningpods-held-admin", ["system:masters"])
     assert key is not None
     try:
@@ -1091,7 +1047,7 @@ POD_METRICS_CRD = {
 def pool_metrics_api(pool: ControlPlane) -> Iterator[None]:
     """The pool serves ``metrics.k8s.io/v1beta1`` PodMetrics, from a real API server: the same group,
     version, paths and object shape as metrics-server's aggregated API, written by the test."""
-    _api_ok(pool, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", POD_METRICS_CRD)
+    must(pool, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", POD_METRICS_CRD)
     try:
         served = "/apis/metrics.k8s.io/v1beta1"
         wait_for(lambda: pool.api("GET", served)[0] == 200, 30, "metrics.k8s.io served")
@@ -1120,7 +1076,7 @@ async def test_resource_metrics_follow_the_pool_pod_metrics_as_a_counter_metrics
     path = f"/apis/metrics.k8s.io/v1beta1/namespaces/{env.remote_ns}/pods"
     t1, t2 = "2026-12-01T12:00:00Z", "2026-12-01T12:00:15Z"
     with pool_metrics_api(env.pool):
-        created = _api_ok(env.pool, "POST", path, _pod_metrics("app", t1, "250m", "64Mi"))
+        created = must(env.pool, "POST", path, _pod_metrics("app", t1, "250m", "64Mi"))
         status, body = await _get(env, "/metrics/resource", cert=(admin, key))
         assert status == 200, body
         first = _families(body)
@@ -1132,7 +1088,7 @@ async def test_resource_metrics_follow_the_pool_pod_metrics_as_a_counter_metrics
         assert mem.value == 64 * 2**20
         assert [s.value for s in first["scrape_error"].samples] == [0.0]
         assert first["node_cpu_usage_seconds"].samples[0].value >= 7.5
-        _api_ok(env.pool, "PUT", f"{path}/app",
+        must(env.pool, "PUT", f"{path}/app",
                 _pod_metrics("app", t2, "500m", "80Mi", created["metadata"]["resourceVersion"]))  # fmt: skip
         status, body = await _get(env, "/metrics/resource", cert=(admin, key))
         assert status == 200, body

@@ -20,8 +20,8 @@ def scrape(vkbridge: VkbridgeProcess) -> str:
         return resp.read().decode()
 
 
-def value(text: str, name: str, **labels: str) -> float:
-    """Sum of the samples of `name` whose labels include `labels`."""
+def value(text: str, name: str, /, **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels` (a label may be called `name`)."""
     total, found = 0.0, False
     for line in text.splitlines():
         m = re.match(rf"^{re.escape(name)}(\{{(.*)\}})? (\S+)$", line)
@@ -76,7 +76,22 @@ def test_metrics_after_a_burst(
         raise AssertionError(f"metrics short of {len(names)} pods: {last}") from exc
     assert value(text, "vkbridge_pool_reachable", state="Connected") == 1
     assert value(text, "vkbridge_pool_reachable", state="Lost") == 0
+    assert value(text, "vkbridge_node_ready") == 1
     assert value(text, "vkbridge_grant_resources", resource="cpu") > 0
-    assert value(text, "vkbridge_workqueue_depth", queue="pods") >= 0
+    assert value(text, "vkbridge_workqueue_depth", name="pods") >= 0
+    # every pod of the burst went through the pods queue: waited, handled (client-go's workqueue metrics)
+    for series in ("adds_total", "queue_duration_seconds_count", "work_duration_seconds_count"):
+        assert value(text, f"vkbridge_workqueue_{series}", name="pods") >= len(names), series
+    # the API requests behind it, counted where they are sent (vkbridge.kube.client)
+    requests = "vkbridge_api_requests_total"
+    created = value(text, requests, server="pool", verb="create", resource="shadowpods", code="201")
+    assert created >= len(names), f"ShadowPods created: {created}"
+    assert value(text, requests, server="consumer", verb="patch", resource="pods/status", code="200") >= len(
+        names
+    )
+    assert value(text, requests, server="consumer", verb="watch", resource="pods", code="200") >= 1
+    assert value(text, requests, server="pool", verb="list", resource="shadowpods", code="200") >= 1
+    samples = [ln for ln in text.splitlines() if ln.startswith(requests + "{")]
+    assert not [ln for ln in samples if any(x in ln for x in (*offloaded_ns, *names))], "names in labels"
     days = value(text, "vkbridge_client_certificate_expiry_seconds") / 86400
     assert 300 < days < 366, f"certificate expiry {days:.0f} days"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from e2e.controlplane import ControlPlane
 from e2e.emulator import names as n
 from e2e.fixtures_pool import offload_namespace
 from e2e.vkbridge_proc import VkbridgeProcess
+from e2e.waiting import eventually
 from reflectors.context import ReflectionContext
 from reflectors.engine import ReflectionEngine
 from reflectors.pairs import new_pair, remote_selector
@@ -503,13 +505,8 @@ class NoConfiguration:
         return ()
 
 
-async def until(cond: Callable[[], Awaitable[Any]], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := await cond()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.1)
-    return value
+# Each poll of the rig is an API request: not more often than this.
+until = functools.partial(eventually, interval=0.1)
 
 
 @pytest.fixture
@@ -582,8 +579,9 @@ async def test_terminating_pod_whose_new_shadowpod_is_not_cached_yet_is_not_forc
     local_pods = Cache(rig.home, PODS, field_selector=f"spec.nodeName={rig.node}", name="rig/pods")
     cache_task = asyncio.create_task(local_pods.run())
     try:
-        reflector = PodReflector(rig.ctx, local_pods, Admission(Grant.from_resource_list(GRANT)),
-                                 lambda *_: None, lambda _k: None, NoConfiguration())  # fmt: skip
+        reflector = PodReflector(
+            rig.ctx, local_pods, Admission(Grant.from_resource_list(GRANT)), NoConfiguration()
+        )
         # Pool caches that never ran: exactly what a lagging watch shows (nothing yet).
         selector = remote_selector(rig.node, rig.ctx.local_cluster_id, rig.ctx.remote_cluster_id)
         lagging = new_pair(rig.pool, rig.ns, rig.remote_ns, selector, lambda _k: None, 30)

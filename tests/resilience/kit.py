@@ -358,11 +358,11 @@ class Figures:
 def poll(cond: Callable[[], Any], timeout: float, interval: float = 0.2) -> float | None:
     """Seconds until cond() is truthy, or None after timeout (for figures that may not be reached)."""
     t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if cond():
-            return time.monotonic() - t0
-        time.sleep(interval)
-    return None
+    try:
+        wait_until(cond, timeout, "a figure", interval)
+    except TimeoutError:
+        return None
+    return time.monotonic() - t0
 
 
 def log_time(line: str) -> float | None:

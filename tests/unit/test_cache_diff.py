@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 import logging
 import tracemalloc
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import pytest
 
+from e2e.waiting import eventually
+from tests.support.scripted import END, DecodeCounter, FakeClient, bookmark, ev, page, start, stop
 from vkbridge.kube.cache import Cache, diff_stores, object_key
-from vkbridge.kube.client import CONFIGMAPS, WATCH_OPENED, ApiError, Resource, TransportError, WatchExpired
+from vkbridge.kube.client import CONFIGMAPS, ApiError, TransportError, WatchExpired
 
 Obj = dict[str, Any]
 
@@ -70,74 +72,8 @@ def test_diff_recreated_object_is_delete_then_add() -> None:
 
 # ---------------------------------------------------------------------------------------------- Cache loop
 
-END = object()
-
-
-class FakeClient:
-    """Serves scripted list pages and one shared feed of watch items (events, exceptions, END)."""
-
-    name = "fake"
-    generation = 0
-
-    def __init__(self) -> None:
-        self.list_results: list[Obj | Exception] = []
-        self.list_calls: list[Obj] = []
-        self.watch_calls: list[Obj] = []
-        self.feed: asyncio.Queue[object] = asyncio.Queue()
-        self.open_watches = 0
-
-    async def pause(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-    async def list(self, resource: Resource, namespace: str | None = None, **kw: Any) -> Obj:
-        self.list_calls.append({"namespace": namespace, **kw})
-        result = self.list_results.pop(0)
-        if isinstance(result, Exception):
-            raise result
-        return result
-
-    async def watch(
-        self, resource: Resource, namespace: str | None = None, **kw: Any
-    ) -> AsyncGenerator[Obj, None]:
-        self.watch_calls.append({"namespace": namespace, **kw})
-        self.open_watches += 1
-        try:
-            item = await self.feed.get()
-            if isinstance(item, BaseException):
-                raise item  # the watch never opened (a failed connect)
-            if kw.get("announce_open"):
-                yield {"type": WATCH_OPENED}
-            while True:
-                if item is END:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                assert isinstance(item, dict)
-                yield item
-                item = await self.feed.get()
-        finally:
-            self.open_watches -= 1
-
-
-def page(rv: str, *items: Obj, cont: str | None = None) -> Obj:
-    meta: Obj = {"resourceVersion": rv}
-    if cont:
-        meta["continue"] = cont
-    return {"kind": "ConfigMapList", "metadata": meta, "items": list(items)}
-
-
-def ev(etype: str, o: Obj) -> Obj:
-    return {"type": etype, "object": o}
-
-
-def bookmark(rv: str) -> Obj:
-    return ev("BOOKMARK", {"kind": "ConfigMap", "metadata": {"resourceVersion": rv}})
-
-
-async def until(pred: Callable[[], bool], timeout: float = 3.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not pred():  # noqa: ASYNC110 - polling a plain predicate over a fake; no event to wait on
-            await asyncio.sleep(0.002)
+# Polled finely: some conditions hold only between two of the cache's retries.
+until = functools.partial(eventually, interval=0.002)
 
 
 class Recorder:
@@ -173,31 +109,6 @@ async def rig() -> AsyncGenerator[tuple[FakeClient, Cache, Recorder], None]:
     yield fake, cache, rec
 
 
-async def start(cache: Cache) -> asyncio.Task[None]:
-    task = asyncio.create_task(cache.run())
-    assert await cache.wait_synced(3.0)
-    return task
-
-
-async def stop(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-
-
-class DecodeCounter:
-    """Counts the objects a compact cache decodes, to prove a read path never decodes what it skips."""
-
-    def __init__(self, cache: Cache) -> None:
-        self.count = 0
-        self._unpack = cache._unpack
-        cache._unpack = self._counting  # type: ignore[method-assign]
-
-    def _counting(self, stored: Any) -> Obj:
-        self.count += 1
-        return self._unpack(stored)
-
-
 async def test_paginated_list_then_watch_from_list_rv(rig: tuple[FakeClient, Cache, Recorder]) -> None:
     fake, cache, rec = rig
     a = obj("a", "1")
@@ -205,7 +116,7 @@ async def test_paginated_list_then_watch_from_list_rv(rig: tuple[FakeClient, Cac
     fake.list_results = [page("", a, cont="tok"), page("10", obj("b", "2"))]
     assert not cache.synced
     task = await start(cache)
-    await until(lambda: len(fake.watch_calls) == 1)
+    await until(lambda: len(fake.watch_calls) == 1, 3.0, "the first watch")
     assert [c["limit"] for c in fake.list_calls] == [500, 500]
     assert [c["continue_token"] for c in fake.list_calls] == [None, "tok"]
     assert fake.list_calls[0]["label_selector"] == "app=x"
@@ -227,7 +138,7 @@ async def test_watch_events_update_store_before_subscribers(rig: tuple[FakeClien
     fake.feed.put_nowait(ev("MODIFIED", obj("a", "11", v="2")))
     fake.feed.put_nowait(ev("ADDED", obj("b", "12")))
     fake.feed.put_nowait(ev("DELETED", obj("a", "13")))
-    await until(lambda: len(rec.seen) == 4)
+    await until(lambda: len(rec.seen) == 4, 3.0, "four changes seen")
     assert rec.events[1:] == [("MODIFIED", "a@1", "a@11"), ("ADDED", None, "b@12"), ("DELETED", "a@13", None)]
     assert rec.seen[1][3] is not None and rec.seen[1][3]["data"] == {"v": "2"}
     assert rec.seen[3][3] is None  # already gone from the store when DELETED is delivered
@@ -243,7 +154,7 @@ async def test_410_relists_and_emits_missed_changes(rig: tuple[FakeClient, Cache
     ]
     task = await start(cache)
     fake.feed.put_nowait(WatchExpired("too old"))
-    await until(lambda: len(fake.watch_calls) == 2)
+    await until(lambda: len(fake.watch_calls) == 2, 3.0, "a second watch")
     assert len(fake.list_calls) == 2 and cache.relists == 1
     assert rec.events[3:] == [("DELETED", "a@1", None), ("MODIFIED", "b@2", "b@40"), ("ADDED", None, "d@45")]
     assert fake.watch_calls[1]["resource_version"] == "50"
@@ -262,7 +173,7 @@ async def test_transport_error_rewatches_from_bookmark_without_relist(
     for _ in range(3):  # one outage, several failed retries
         fake.feed.put_nowait(TransportError("connection reset"))
     fake.feed.put_nowait(ev("ADDED", obj("b", "21")))
-    await until(lambda: cache.get("ns/b") is not None)
+    await until(lambda: cache.get("ns/b") is not None, 3.0, "ns/b in the cache")
     assert len(fake.list_calls) == 1
     assert [c["resource_version"] for c in fake.watch_calls] == ["10", "20", "20", "20"]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -277,7 +188,7 @@ async def test_inactivity_timeout_rewatches(rig: tuple[FakeClient, Cache, Record
     cache.inactivity_timeout = 0.05
     fake.list_results = [page("10")]
     task = await start(cache)
-    await until(lambda: len(fake.watch_calls) >= 3)
+    await until(lambda: len(fake.watch_calls) >= 3, 3.0, "a third watch")
     assert {c["resource_version"] for c in fake.watch_calls} == {"10"}
     assert fake.open_watches <= 1 and len(fake.list_calls) == 1
     await stop(task)
@@ -289,7 +200,7 @@ async def test_server_closing_the_stream_rewatches_at_once(rig: tuple[FakeClient
     task = await start(cache)
     fake.feed.put_nowait(bookmark("15"))
     fake.feed.put_nowait(END)
-    await until(lambda: len(fake.watch_calls) == 2)
+    await until(lambda: len(fake.watch_calls) == 2, 3.0, "a second watch")
     assert fake.watch_calls[1]["resource_version"] == "15"
     await stop(task)
 
@@ -318,7 +229,7 @@ async def test_failing_subscriber_does_not_stop_others(rig: tuple[FakeClient, Ca
     task = await start(cache)
     unsubscribe()
     fake.feed.put_nowait(ev("ADDED", obj("b", "11")))
-    await until(lambda: len(rec.seen) == 2)
+    await until(lambda: len(rec.seen) == 2, 3.0, "two changes seen")
     await stop(task)
 
 
@@ -330,7 +241,7 @@ async def test_restarted_run_resumes_the_watch_and_relists_on_410(
     await stop(await start(cache))
     fake.feed.put_nowait(WatchExpired("too old"))
     task = await start(cache)
-    await until(lambda: len(fake.watch_calls) == 3)
+    await until(lambda: len(fake.watch_calls) == 3, 3.0, "a third watch")
     assert [c["resource_version"] for c in fake.watch_calls] == ["10", "10", "30"]
     assert cache.expirations == 1 and cache.relists == 1
     assert rec.events == [("ADDED", None, "a@1"), ("DELETED", "a@1", None), ("ADDED", None, "b@25")]
@@ -345,10 +256,10 @@ async def test_credential_swap_reconnects_quietly(
     fake.list_results = [page("10")]
     task = await start(cache)
     caplog.set_level(logging.INFO, logger="vkbridge.kube.cache")
-    await until(lambda: len(fake.watch_calls) == 1)
+    await until(lambda: len(fake.watch_calls) == 1, 3.0, "the first watch")
     fake.generation += 1
     fake.feed.put_nowait(TransportError("Connector is closed"))
-    await until(lambda: len(fake.watch_calls) == 2)
+    await until(lambda: len(fake.watch_calls) == 2, 3.0, "a second watch")
     assert fake.watch_calls[1]["resource_version"] == "10"
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert cache.state == "watching"
@@ -368,14 +279,16 @@ async def test_compact_cache_reads_equal_private_copies_and_diffs_relists() -> N
     fake.list_results = [page("10", obj("a", "1", k="v")), page("30", obj("b", "25"))]
     task = await start(cache)
     fake.feed.put_nowait(ev("MODIFIED", obj("a", "20", k="w")))
-    await until(lambda: (cache.get("ns/a") or {}).get("data") == {"k": "w"})
+    await until(
+        lambda: (cache.get("ns/a") or {}).get("data") == {"k": "w"}, 3.0, "the watched update in the cache"
+    )
     got = cache.get("ns/a")
     assert got == obj("a", "20", k="w")
     assert got is not None and got is not cache.get("ns/a")
     got["data"]["k"] = "changed by a reader"
     assert cache.list() == [obj("a", "20", k="w")]
     fake.feed.put_nowait(WatchExpired("too old"))
-    await until(lambda: cache.relists == 1)
+    await until(lambda: cache.relists == 1, 3.0, "one relist")
     assert rec.events[-2:] == [("DELETED", "a@20", None), ("ADDED", None, "b@25")]
     assert cache.keys() == ["ns/b"]
     await stop(task)
@@ -395,7 +308,7 @@ async def test_compact_cache_holds_about_the_json_size_of_each_object() -> None:
         before = tracemalloc.get_traced_memory()[0]
         for o in objects:
             fake.feed.put_nowait(ev("ADDED", o))
-        await until(lambda: len(cache) == len(objects))
+        await until(lambda: len(cache) == len(objects), 3.0, "every object listed")
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
@@ -421,7 +334,7 @@ async def test_one_namespace_is_listed_without_decoding_the_others_and_json_with
     task = await start(cache)
     fake.feed.put_nowait(ev("ADDED", obj("e", "11", ns="y")))
     fake.feed.put_nowait(ev("DELETED", obj("c", "12", ns="x")))
-    await until(lambda: "x/c" not in cache)
+    await until(lambda: "x/c" not in cache, 3.0, "x/c gone from the cache")
     decoded = DecodeCounter(cache)
     assert cache.list("x") == [obj("a", "1", ns="x")] and decoded.count == 1
     assert cache.list("y") == [obj("b", "2", ns="y"), obj("e", "11", ns="y")] and decoded.count == 3
@@ -430,7 +343,7 @@ async def test_one_namespace_is_listed_without_decoding_the_others_and_json_with
     assert decoded.count == 3  # the JSON as stored
     assert [json.loads(b) for b in blobs] == cache.list()
     fake.feed.put_nowait(WatchExpired("too old"))
-    await until(lambda: cache.relists == 1)
+    await until(lambda: cache.relists == 1, 3.0, "one relist")
     assert cache.list("x") == [] and cache.list("y") == [obj("b", "25", ns="y")]
     assert cache.list("z") == [obj("d", "26", ns="z")]
     await stop(task)

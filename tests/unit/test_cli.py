@@ -1,7 +1,6 @@
-"""vkbridge.cli and vkbridge.settings: Liqo v1.2's virtual-kubelet flags, with pflag and Go value syntax.
+"""vkbridge.cli and vkbridge.settings: Liqo v1.2's virtual-kubelet flags, with pflag syntax.
 
-The Go value parsers (time.ParseDuration, strconv.ParseUint/ParseInt/ParseBool) were also compared with
-Go 1.26 on ~130,000 random strings: no difference.
+The Go value parsers themselves (vkbridge.goflags) are tested in test_goflags.py.
 """
 
 from __future__ import annotations
@@ -9,28 +8,17 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from vkbridge import cli
 from vkbridge.cli import FLAGS, UNIMPLEMENTED_FLAGS, UsageError, main, parse_args
-from vkbridge.settings import (
-    Settings,
-    format_go_duration,
-    parse_go_bool,
-    parse_go_duration,
-    parse_go_int,
-    parse_go_uint,
-    parse_string_map,
-    parse_string_slice,
-)
+from vkbridge.goflags import parse_go_duration
+from vkbridge.settings import Settings
 
 REQUIRED = [
     "--foreign-cluster-id=c0123456789ab",
@@ -200,16 +188,20 @@ def test_real_liqo_argument_vector() -> None:
     assert (s.enable_apiserver_support, s.metrics_enabled, s.create_node) == (True, True, True)
     assert (s.node_check_network, s.metrics_address) == (False, ":5872")
     assert s.ignored_flags == (
+        "liqo-namespace",
         "local-podcidr",
         "service-reflection-workers",
         "endpointslice-reflection-workers",
         "ingress-reflection-workers",
+        "serviceaccount-reflection-workers",
         "persistentvolumeclaim-reflection-workers",
         "service-reflection-type",
         "ingress-reflection-type",
+        "event-reflection-type",
+        "node-check-network",
     )
     assert len(s.warnings) == len(s.ignored_flags)
-    assert s.warnings[0].startswith("flag --local-podcidr is accepted for Liqo compatibility and ignored: ")
+    assert s.warnings[0].startswith("flag --liqo-namespace is accepted for Liqo compatibility and ignored: ")
 
 
 def test_liqo_variants_storage_bare_bools_and_metrics_off() -> None:
@@ -247,7 +239,9 @@ def test_an_unimplemented_flag_warns_once_however_often_given() -> None:
 @pytest.mark.parametrize("name", sorted(UNIMPLEMENTED_FLAGS))
 def test_every_unimplemented_flag_is_accepted_with_one_warning(name: str) -> None:
     spec = cli.FLAGS_BY_NAME[name]
-    value = {"bool": "true", "uint": "1", "enum": "AllowList", "slice": "10.0.0.0/8"}.get(spec.kind, "x")
+    value = {"bool": "true", "uint": "1", "enum": "AllowList", "slice": "10.0.0.0/8", "duration": "1h"}.get(
+        spec.kind, "6443" if name.endswith("-port") else "x"
+    )
     s = parse(f"--{name}={value}")
     assert s.ignored_flags == (name,)
     assert s.warnings == (
@@ -632,54 +626,6 @@ def test_virtualnode_name_is_not_the_node_name_default() -> None:
     )
 
 
-# ---- Go value parsers: properties --------------------------------------------------------------------------
-
-
-@given(
-    st.integers(0, 2000),
-    st.integers(0, 59),
-    st.integers(0, 59),
-    st.integers(0, 999),
-    st.sampled_from(["", "-"]),
-)
-def test_go_duration_composition(h: int, m: int, s: int, ms: int, sign: str) -> None:
-    text = f"{sign}{h}h{m}m{s}s{ms}ms"
-    ns = ((h * 60 + m) * 60 + s) * 10**9 + ms * 10**6
-    assert parse_go_duration(text) == (-ns if sign else ns) / 1e9
-    assert parse_go_duration(format_go_duration(ns / 1e9)) == ns / 1e9 or sign
-
-
-@given(st.integers(0, 2**64 - 1), st.sampled_from(["{:d}", "0x{:x}", "0X{:X}", "0o{:o}", "0{:o}", "0b{:b}"]))
-def test_go_uint_bases(n: int, pattern: str) -> None:
-    assert parse_go_uint(pattern.format(n)) == n
-
-
-@given(st.integers(-(2**31), 2**31 - 1))
-def test_go_int32(n: int) -> None:
-    assert parse_go_int(str(n), 32) == n
-    assert parse_go_int(f"+{n}" if n >= 0 else str(n), 32) == n
-
-
-def test_go_scalars_edges() -> None:
-    with pytest.raises(ValueError):
-        parse_go_int(str(2**31), 32)
-    assert parse_go_int(str(-(2**31)), 32) == -(2**31)
-    with pytest.raises(ValueError):
-        parse_go_bool("yes")
-    assert parse_string_map("") == {}
-    assert parse_string_map("a=") == {"a": ""}
-    assert parse_string_slice("") == ()
-    assert parse_string_slice('"a,b",c,"say ""hi"""') == ("a,b", "c", 'say "hi"')
-    for bad in ('a"b', '"a', '"a"b', '"a",b"'):
-        with pytest.raises(ValueError):
-            parse_string_slice(bad)
-    assert format_go_duration(36000) == "10h0m0s"
-    assert format_go_duration(90) == "1m30s"
-    assert format_go_duration(0.5) == "500ms"
-    assert format_go_duration(1.5) == "1.5s"
-    assert format_go_duration(0) == "0s"
-
-
 # ---- main() ------------------------------------------------------------------------------------------------
 
 
@@ -696,37 +642,39 @@ def root_logging() -> Iterator[None]:
 
 
 @pytest.fixture
-def fake_app(monkeypatch: pytest.MonkeyPatch, root_logging: None) -> list[Settings]:
-    calls: list[Settings] = []
-    module = types.ModuleType("vkbridge.app")
+def fake_entries(monkeypatch: pytest.MonkeyPatch, root_logging: None) -> list[tuple[str, Settings]]:
+    """`vkbridge.app.run` and `vkbridge.doctor.run` record their call instead of starting anything."""
+    from vkbridge import app, doctor
 
-    def run(settings: Settings) -> int:
-        calls.append(settings)
-        return 7
+    calls: list[tuple[str, Settings]] = []
 
-    module.run = run  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "vkbridge.app", module)
+    def entry(name: str, code: int) -> Callable[[Settings], int]:
+        def run(settings: Settings) -> int:
+            calls.append((name, settings))
+            return code
+
+        return run
+
+    monkeypatch.setattr(app, "run", entry("app", 7))
+    monkeypatch.setattr(doctor, "run", entry("doctor", 3))
     return calls
 
 
 def test_main_runs_the_app_with_the_settings_and_logs_each_warning_once(
-    fake_app: list[Settings], capsys: pytest.CaptureFixture[str]
+    fake_entries: list[tuple[str, Settings]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     env_free = [a for a in LIQO_ARGS]
     assert main(["run", *env_free, "--enable-profiling"]) == 7
     assert main(env_free) == 7  # `run` is the default command
-    assert [s.nodename for s in fake_app] == ["c0123456789ab", "c0123456789ab"]
+    assert [(name, s.nodename) for name, s in fake_entries] == [("app", "c0123456789ab")] * 2
     err = capsys.readouterr().err
     assert err.count("flag --enable-profiling is accepted for Liqo compatibility and ignored") == 1
     assert err.count("flag --local-podcidr is accepted") == 2  # once per run
 
 
-def test_main_without_the_app_says_so(
-    monkeypatch: pytest.MonkeyPatch, root_logging: None, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setitem(sys.modules, "vkbridge.app", None)
-    assert main(REQUIRED) == 1
-    assert "vkbridge.app is not part of this build" in capsys.readouterr().err
+def test_main_doctor_runs_the_doctor_with_the_same_flags(fake_entries: list[tuple[str, Settings]]) -> None:
+    assert main(["doctor", "--nodename=n1"]) == 3  # no required flags for doctor
+    assert [(name, s.nodename) for name, s in fake_entries] == [("doctor", "n1")]
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import base64
 import datetime as dt
 import ipaddress
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from cryptography import x509
@@ -13,7 +14,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from vkbridge.credentials import certs
+from tests.support.certs import cert_builder, self_signed
+from vkbridge.credentials import certs, renewobjects
 from vkbridge.credentials.certs import CertificateRejected, SigningKey
 from vkbridge.credentials.serving import ServingCertificateError, _server_context
 from vkbridge.kube.kubeconfig import CertInfo, KubeconfigError, parse_kubeconfig
@@ -26,16 +28,8 @@ ORG = "c-1a2b3c4d"
 def _ca(cn: str = "pool-ca") -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(NOW - dt.timedelta(days=30))
-        .not_valid_after(NOW + dt.timedelta(days=3650))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
+    cert = self_signed(
+        key, name, not_before=NOW - dt.timedelta(days=30), not_after=NOW + dt.timedelta(days=3650)
     )
     return key, cert
 
@@ -57,16 +51,13 @@ def _leaf(
 ) -> bytes:
     attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
     attrs += [*extra, x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-    b = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name(attrs))
-        .issuer_name(issuer[1].subject)
-        .public_key(pub_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_before + lifetime)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-    )
+    b = cert_builder(
+        x509.Name(attrs),
+        pub_key.public_key(),
+        issuer=issuer[1].subject,
+        not_before=not_before,
+        not_after=not_before + lifetime,
+    ).add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
     if ips:
         b = b.add_extension(
             x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(i)) for i in ips]),
@@ -362,13 +353,13 @@ def _duplicate_san_certificate(key: ec.EllipticCurvePrivateKey, cn: str) -> byte
         ]
     )
     der = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(7)
-        .not_valid_before(NOW - dt.timedelta(minutes=1))
-        .not_valid_after(NOW + dt.timedelta(days=1))
+        cert_builder(
+            name,
+            key.public_key(),
+            not_before=NOW - dt.timedelta(minutes=1),
+            not_after=NOW + dt.timedelta(days=1),
+            serial=7,
+        )
         .add_extension(san, critical=False)
         .add_extension(
             x509.UnrecognizedExtension(x509.ObjectIdentifier("2.5.29.99"), san.public_bytes()), False
@@ -411,3 +402,83 @@ def test_serving_csr_and_self_signed_certificate_for_a_63_character_node_name() 
     )
     assert info.cn == f"system:node:{node}"
     assert _server_context(pem, certs.private_key_pem(key)) is not None
+
+
+# ---- vkbridge.credentials.renewobjects: the Renew and the Secret, as the renewer sees them --------------
+
+SCOPE = renewobjects.RenewScope("liqo-tenant-c-1a2b3c4d", "c0123456789ab", "c-1a2b3c4d")
+
+
+def _secret(key: SigningKey, cert_pem: bytes) -> dict[str, object]:
+    doc = certs.dump_kubeconfig(_kubeconfig(key, cert_pem))
+    return {
+        "metadata": {"name": "kubeconfig", "resourceVersion": "7"},
+        "data": {"kubeconfig": certs.b64(doc)},
+    }
+
+
+def test_renew_is_named_after_the_certificate_it_replaces(key: ed25519.Ed25519PrivateKey) -> None:
+    info = certs.verify_certificate(_leaf(key), key=key, cn=CN, orgs=[ORG], now=NOW, ca_pem=CA_PEM)
+    name = SCOPE.name(info)
+    assert name == f"c0123456789ab-renew-{format(info.serial, 'x')[-10:]}"
+    assert len(name) <= 63  # a name, and a label value elsewhere
+
+
+def test_renew_body_is_ours_and_matches_only_its_key(key: ed25519.Ed25519PrivateKey) -> None:
+    info = certs.verify_certificate(_leaf(key), key=key, cn=CN, orgs=[ORG], now=NOW, ca_pem=CA_PEM)
+    body = SCOPE.body("r1", key, info)
+    assert body["metadata"]["namespace"] == "liqo-tenant-c-1a2b3c4d"
+    assert body["spec"]["resourceSliceRef"] == {"name": "c0123456789ab"}
+    assert SCOPE.is_ours(body)
+    assert renewobjects.renew_matches(body, key, info)
+    assert not renewobjects.renew_matches(body, ed25519.Ed25519PrivateKey.generate(), info)
+    assert not renewobjects.renew_matches({"spec": {"csr": "not a csr"}}, key, info)
+    assert SCOPE.selector == "app.kubernetes.io/managed-by=vkbridge,liqo.io/resourceslice-name=c0123456789ab"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"metadata": {"ownerReferences": [{"kind": "Identity"}]}},
+        {"metadata": {"labels": {"app.kubernetes.io/managed-by": "liqo"}}},
+        {"spec": {"consumerClusterID": "c-other"}},
+        {"spec": {"identityType": "ControlPlane"}},
+        {"spec": {"resourceSliceRef": {"name": "other-slice"}}},
+    ],
+)
+def test_a_renew_someone_else_made_is_not_ours(
+    key: ed25519.Ed25519PrivateKey, change: dict[str, Any]
+) -> None:
+    info = certs.verify_certificate(_leaf(key), key=key, cn=CN, orgs=[ORG], now=NOW, ca_pem=CA_PEM)
+    body = SCOPE.body("r1", key, info)
+    for part, values in change.items():
+        body[part] = {**body[part], **values}
+    assert not SCOPE.is_ours(body)
+
+
+def test_signed_crt_of_a_status() -> None:
+    assert renewobjects.signed_crt({"status": {"authParams": {"signedCRT": "abc"}}}) == "abc"
+    assert renewobjects.signed_crt({"status": None}) is None
+    assert renewobjects.signed_crt({}) is None
+
+
+def test_secret_state_compares_key_and_expiry(key: ed25519.Ed25519PrivateKey) -> None:
+    old_pem, new_pem = _leaf(key), _leaf(key, not_before=NOW)
+    new = certs.verify_certificate(new_pem, key=key, cn=CN, orgs=[ORG], now=NOW, ca_pem=CA_PEM)
+    state = renewobjects.secret_state
+    assert state(_secret(key, new_pem), key, new) == "current"
+    assert state(_secret(key, old_pem), key, new) == "older"
+    other = ed25519.Ed25519PrivateKey.generate()
+    assert state(_secret(other, _leaf(other)), key, new) == "other-key"
+    assert state({"data": {"kubeconfig": "!!"}}, key, new) == "unreadable"
+    assert state({}, key, new) == "unreadable"
+
+
+def test_secret_with_certificate_changes_only_the_certificate(key: ed25519.Ed25519PrivateKey) -> None:
+    old_pem, new_pem = _leaf(key), _leaf(key, not_before=NOW)
+    secret = _secret(key, old_pem)
+    out = renewobjects.secret_with_certificate(secret, new_pem)
+    assert out["metadata"] == secret["metadata"]
+    doc = certs.load_kubeconfig_doc(base64.b64decode(out["data"]["kubeconfig"]))
+    assert certs.kubeconfig_client_certificate(doc) == new_pem
+    assert certs.kubeconfig_client_key(doc) == certs.private_key_pem(key)

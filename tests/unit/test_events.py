@@ -9,21 +9,11 @@ from typing import Any
 
 import pytest
 
+from tests.support.clock import FakeClock
 from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.events import EventRecorder, SpamFilter, event_name
 
 T0_NS = 1_767_225_600_123_456_789  # 2026-01-01T00:00:00.123456789Z
-
-
-class FakeClock:
-    def __init__(self, now: float = 5000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class ApiError(Exception):

@@ -24,6 +24,8 @@ from reflectors.forge import constants as c
         (c.TYPE_VIRTUAL_NODE, "virtual-node"),
         (c.REMOTE_CLUSTER_ID_LABEL, "liqo.io/remote-cluster-id"),
         (c.VIRTUAL_NODE_TOLERATION_KEY, "virtual-node.liqo.io/not-allowed"),
+        (c.STORAGE_AVAILABLE_LABEL, "storage.liqo.io/available"),
+        (c.TENANT_NAMESPACE_PREFIX, "liqo-tenant-"),
         (c.SKIP_REFLECTION_ANNOTATION, "liqo.io/skip-reflection"),
         (c.ALLOW_REFLECTION_ANNOTATION, "liqo.io/allow-reflection"),
         (c.APISERVER_SUPPORT_ANNOTATION, "liqo.io/api-server-support"),
@@ -63,11 +65,6 @@ def test_wire_value_matches_liqo(value: str, expected: str) -> None:
             c.successful_reflection_msg("pool"), 'Successfully reflected object to cluster "pool"', id="ok"
         ),
         pytest.param(
-            c.successful_status_reflection_msg("pool"),
-            'Successfully reflected object status back from cluster "pool"',
-            id="status-ok",
-        ),
-        pytest.param(
             c.failed_reflection_msg("pool", "boom"),
             'Error reflecting object to cluster "pool": boom',
             id="failed",
@@ -82,7 +79,6 @@ def test_wire_value_matches_liqo(value: str, expected: str) -> None:
             'Error reflecting object to cluster "pool": remote object already exists',
             id="already-exists",
         ),
-        pytest.param(c.failed_labels_update_msg("x"), "Error updating local object labels: x", id="labels"),
         pytest.param(c.failed_deletion_msg("x"), "Error deleting local object: x", id="deletion"),
         pytest.param(
             c.object_reflection_disabled_msg("pool", "DenyList"),
@@ -94,21 +90,10 @@ def test_wire_value_matches_liqo(value: str, expected: str) -> None:
             'Reflection to cluster "pool" disabled for secrets holding service account tokens',
             id="sa-disabled",
         ),
-        pytest.param(
-            c.reflection_disabled_error_msg("pool", "ns", "conflict"),
-            'Reflection to cluster "pool" disabled for namespace "ns": error updating status: conflict',
-            id="namespace-disabled-error",
-        ),
     ],
 )
 def test_event_messages_match_liqo(message: str, expected: str) -> None:
     assert message == expected
-
-
-def test_liqo_fallback_message_names_the_virtual_node_label() -> None:
-    msg = c.reflection_disabled_msg("pool", "kube-system")
-    assert msg.startswith('Reflection to cluster "pool" disabled for namespace "kube-system". ')
-    assert "label liqo.io/type=virtual-node." in msg
 
 
 def test_go_quote_escapes_like_go() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from reflectors.forge.pods import (
     is_terminal,
     is_terminating,
     pod_key,
-    rfc3339,
     service_account_name,
 )
 
@@ -101,24 +99,6 @@ def test_has_remote_unavailable_label(labels: dict[str, str], expected: bool) ->
 def test_service_account_name_defaults_to_default() -> None:
     assert service_account_name(pod()) == "default"
     assert service_account_name({"spec": {"serviceAccountName": "builder"}}) == "builder"
-
-
-@pytest.mark.parametrize(
-    ("now", "expected"),
-    [
-        pytest.param(
-            datetime(2026, 11, 29, 10, 0, 5, 999999, tzinfo=UTC), "2026-11-29T10:00:05Z", id="utc-truncated"
-        ),
-        pytest.param(
-            datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone(timedelta(hours=2))),
-            "2026-11-29T10:00:00Z",
-            id="offset-converted-to-utc",
-        ),
-        pytest.param(datetime(2026, 11, 29, 10, 0, 0), "2026-11-29T10:00:00Z", id="naive-taken-as-utc"),
-    ],
-)
-def test_rfc3339(now: datetime, expected: str) -> None:
-    assert rfc3339(now) == expected
 
 
 FORBIDDEN = {"asyncio", "aiohttp", "kubernetes_asyncio", "socket", "subprocess", "vkbridge", "time", "random"}

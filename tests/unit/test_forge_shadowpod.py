@@ -235,13 +235,15 @@ def test_dropped_field_is_absent(field: str, value: Any) -> None:
     assert field not in pod_spec(forge(make_pod(**{field: value})))
 
 
-@pytest.mark.parametrize(
-    "field",
-    ["automountServiceAccountToken", "hostNetwork", "hostIPC", "hostPID"],
-    ids=lambda f: f"{f}-forced-false",
-)
-def test_invasive_settings_are_forced_off(field: str) -> None:
-    assert pod_spec(forge(make_pod(**{field: True})))[field] is False
+def test_automount_service_account_token_is_forced_off() -> None:
+    spec = pod_spec(forge(make_pod(automountServiceAccountToken=True)))
+    assert spec["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("field", ["hostNetwork", "hostIPC", "hostPID"], ids=lambda f: f"{f}-off-by-absence")
+def test_host_namespaces_are_off_by_absence_as_on_liqos_shadowpod(field: str) -> None:
+    """Liqo forces them false in omitempty Go fields: its ShadowPod has no such key, and neither has ours."""
+    assert field not in pod_spec(forge(make_pod(**{field: True})))
 
 
 # --- tolerations --------------------------------------------------------------------------------
@@ -472,17 +474,35 @@ def env_of(shadow: dict[str, Any], container: int = 0, kind: str = "containers")
     return env
 
 
-def kube_env(host: str, port: str) -> list[dict[str, str]]:
-    hostport = f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
-    return [
-        {"name": "KUBERNETES_SERVICE_HOST", "value": host},
-        {"name": "KUBERNETES_SERVICE_PORT", "value": port},
-        {"name": "KUBERNETES_PORT", "value": hostport},
-        {"name": f"KUBERNETES_PORT_{port}_TCP", "value": hostport},
-        {"name": f"KUBERNETES_PORT_{port}_TCP_PROTO", "value": "tcp"},
-        {"name": f"KUBERNETES_PORT_{port}_TCP_ADDR", "value": host},
-        {"name": f"KUBERNETES_PORT_{port}_TCP_PORT", "value": port},
-    ]
+def env_list(*pairs: tuple[str, str]) -> list[dict[str, str]]:
+    return [{"name": name, "value": value} for name, value in pairs]
+
+
+# The expected service environment, spelled out (not computed as the forge computes it).
+ENV_DEFAULT_443 = env_list(
+    ("KUBERNETES_SERVICE_HOST", "kubernetes.default"), ("KUBERNETES_SERVICE_PORT", "443"),
+    ("KUBERNETES_PORT", "tcp://kubernetes.default:443"), ("KUBERNETES_PORT_443_TCP", "tcp://kubernetes.default:443"),
+    ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"), ("KUBERNETES_PORT_443_TCP_ADDR", "kubernetes.default"),
+    ("KUBERNETES_PORT_443_TCP_PORT", "443"),
+)  # fmt: skip
+ENV_DEFAULT_6443 = env_list(
+    ("KUBERNETES_SERVICE_HOST", "kubernetes.default"), ("KUBERNETES_SERVICE_PORT", "6443"),
+    ("KUBERNETES_PORT", "tcp://kubernetes.default:6443"), ("KUBERNETES_PORT_6443_TCP", "tcp://kubernetes.default:6443"),
+    ("KUBERNETES_PORT_6443_TCP_PROTO", "tcp"), ("KUBERNETES_PORT_6443_TCP_ADDR", "kubernetes.default"),
+    ("KUBERNETES_PORT_6443_TCP_PORT", "6443"),
+)  # fmt: skip
+ENV_HOME_8443 = env_list(
+    ("KUBERNETES_SERVICE_HOST", "api.example.com"), ("KUBERNETES_SERVICE_PORT", "8443"),
+    ("KUBERNETES_PORT", "tcp://api.example.com:8443"), ("KUBERNETES_PORT_8443_TCP", "tcp://api.example.com:8443"),
+    ("KUBERNETES_PORT_8443_TCP_PROTO", "tcp"), ("KUBERNETES_PORT_8443_TCP_ADDR", "api.example.com"),
+    ("KUBERNETES_PORT_8443_TCP_PORT", "8443"),
+)  # fmt: skip
+ENV_IPV6_443 = env_list(
+    ("KUBERNETES_SERVICE_HOST", "fd00::1"), ("KUBERNETES_SERVICE_PORT", "443"),
+    ("KUBERNETES_PORT", "tcp://[fd00::1]:443"), ("KUBERNETES_PORT_443_TCP", "tcp://[fd00::1]:443"),
+    ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"), ("KUBERNETES_PORT_443_TCP_ADDR", "fd00::1"),
+    ("KUBERNETES_PORT_443_TCP_PORT", "443"),
+)  # fmt: skip
 
 
 SA_ENV = {"name": "SA", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}}
@@ -491,29 +511,29 @@ SA_ENV = {"name": "SA", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAcc
 @pytest.mark.parametrize(
     ("mode", "kwargs", "expected_tail"),
     [
-        pytest.param("tokenapi", {}, kube_env("kubernetes.default", "443"), id="tokenapi-default-service"),
+        pytest.param("tokenapi", {}, ENV_DEFAULT_443, id="tokenapi-default-service"),
         pytest.param(
             "legacy",
             {"kubernetes_service_port": "6443", "legacy_sa_secret_name": "s"},
-            kube_env("kubernetes.default", "6443"),
+            ENV_DEFAULT_6443,
             id="legacy-uses-local-service-port",
         ),
         pytest.param(
             "tokenapi",
             {"home_apiserver_host": "api.example.com", "home_apiserver_port": "8443"},
-            kube_env("api.example.com", "8443"),
+            ENV_HOME_8443,
             id="home-apiserver-override-needs-both",
         ),
         pytest.param(
             "tokenapi",
             {"home_apiserver_host": "api.example.com"},
-            kube_env("kubernetes.default", "443"),
+            ENV_DEFAULT_443,
             id="home-host-alone-is-ignored",
         ),
         pytest.param(
             "tokenapi",
             {"home_apiserver_host": "fd00::1", "home_apiserver_port": "443"},
-            kube_env("fd00::1", "443"),
+            ENV_IPV6_443,
             id="ipv6-host-is-bracketed",
         ),
     ],

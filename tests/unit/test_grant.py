@@ -435,24 +435,22 @@ def remote_of(phase: str) -> dict[str, Any]:
 
 
 class Books:
-    """A PodReflector holding a real ledger; only its grant bookkeeping is used (no context, no I/O)."""
+    """The pod reflector's charges over a real ledger (no context, no I/O)."""
 
     def __init__(self, grant: dict[str, str] | None = None) -> None:
-        from reflectors.pods import PodReflector
+        from reflectors.charges import PodCharges
 
         self.admission = Admission(Grant.from_resource_list(grant or DEFAULT_GRANT))
-        self.waits: list[str] = []
-        self.released: list[str] = []
-        self.done: list[str] = []
-        nothing: Any = None
-        self.pods = PodReflector(
-            nothing, nothing, self.admission, lambda key, _created: self.waits.append(key),
-            self.released.append, nothing, on_grant_done=self.done.append,
-        )  # fmt: skip
+        self.freed = 0  # times the ledger told its waiters a charge was freed
+        self.admission.on_freed(self._on_freed)
+        self.pods = PodCharges(self.admission)
+
+    def _on_freed(self) -> None:
+        self.freed += 1
 
     def admit(self, local: dict[str, Any]) -> bool:
         key = f"team/{local['metadata']['name']}"
-        return self.pods._admit(key, local, self.pods._requests(local)).ok
+        return self.pods.admit(key, local, pod_requests(local)).ok
 
     def restart_finds(self, local: dict[str, Any] | None, shadow: dict[str, Any], remote: Any = None) -> None:
         self.pods.account(f"team/{shadow['metadata']['name']}", local, shadow, remote)
@@ -581,11 +579,11 @@ def test_finished_pod_holds_no_share_at_restart_or_after(
     running.restart_finds(live, shadow_of(live))
     assert running.used("cpu") == 1
     running.restart_finds(finished, shadow, remote)  # the pod finishes while we run
-    assert running.admission.used() == {} and running.released == ["team/job"]
+    assert running.admission.used() == {} and running.pods.charged == {}
 
 
 def test_shadowpod_being_deleted_or_gone_holds_no_share() -> None:
-    from reflectors.pods import holds_share
+    from reflectors.charges import holds_share
 
     pod_ = cpu_pod("web", "1")
     shadow = shadow_of(pod_)
@@ -626,7 +624,21 @@ def test_unpaired_namespace_releases_its_pods_charges() -> None:
 def test_released_pod_leaves_the_wait_list_and_wakes_the_others() -> None:
     books = Books({**DEFAULT_GRANT, "cpu": "1"})
     assert books.admit(cpu_pod("a", "1"))
-    books.pods._release("team/a")
-    assert books.done == ["team/a"] and books.released == ["team/a"]
-    books.pods._release("never-admitted/b")  # a waiting pod deleted: leaves the list, frees nothing
-    assert books.done == ["team/a", "never-admitted/b"] and books.released == ["team/a"]
+    assert not books.admit(cpu_pod("b", "1")) and not books.admit(cpu_pod("c", "1"))
+    assert set(books.admission.waiters) == {"team/b", "team/c"} and books.freed == 0
+    books.pods.release("team/a")
+    assert books.freed == 1  # the waiters are told, and b and c still wait for their turn
+    assert set(books.admission.waiters) == {"team/b", "team/c"}
+    books.pods.release("team/b")  # a waiting pod deleted: leaves the list, frees nothing
+    assert set(books.admission.waiters) == {"team/c"} and books.freed == 1
+    assert books.admit(cpu_pod("c", "1")) and dict(books.admission.waiters) == {}  # admitted: waits no more
+
+
+def test_waiters_get_their_chance_oldest_first_and_leave_with_their_namespace() -> None:
+    ledger = Admission(Grant.from_resource_list(DEFAULT_GRANT))
+    ledger.wait("team/young", "2026-12-01T10:00:02Z")
+    ledger.wait("team/old", "2026-12-01T10:00:01Z")
+    ledger.wait("other/old", "2026-12-01T10:00:01Z")
+    assert ledger.waiting_oldest_first() == ["other/old", "team/old", "team/young"]
+    ledger.stop_waiting_under("team/")
+    assert ledger.waiting_oldest_first() == ["other/old"]

@@ -7,15 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.support.clock import FakeClock
 from vkbridge.kube.health import HealthChecks, LoopWatchdog, TaskWatch
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def checks(**states: str | None) -> HealthChecks:

@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.support.certs import cert_builder
 from vkbridge import doctor
 from vkbridge.cli import parse_args
 from vkbridge.kube.kubeconfig import (
@@ -59,13 +60,14 @@ def _cert(
     issuer_key: ec.EllipticCurvePrivateKey,
 ) -> x509.Certificate:
     return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(4242)
-        .not_valid_before(NOW - dt.timedelta(minutes=1))
-        .not_valid_after(NOW + dt.timedelta(days=1))
+        cert_builder(
+            subject,
+            key.public_key(),
+            issuer=issuer,
+            not_before=NOW - dt.timedelta(minutes=1),
+            not_after=NOW + dt.timedelta(days=1),
+            serial=4242,
+        )
         .add_extension(x509.BasicConstraints(ca=subject == issuer, path_length=None), critical=True)
         .sign(issuer_key, hashes.SHA256())
     )

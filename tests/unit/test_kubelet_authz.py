@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.clock import FakeClock
 from vkbridge.kube.client import SUBJECTACCESSREVIEWS, TOKENREVIEWS, ApiError, Resource, TransportError
 from vkbridge.kubeletapi.auth import (
     ALLOWED_TTL,
@@ -101,16 +102,8 @@ def test_a_certificate_with_two_common_names_is_the_last_one_as_in_go() -> None:
     assert user_from_peercert(empty_last) is None  # Go's last CN is empty: no user, as the apiserver says
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_ttl_cache_expiry_and_lru_bound() -> None:
-    clock = Clock()
+    clock = FakeClock()
     c: TTLCache[str, int] = TTLCache(max_size=2, clock=clock)
     c.put("a", 1, 10)
     c.put("b", 2, 100)
@@ -149,8 +142,8 @@ class FakeHome:
         return sum(1 for p, _ in self.calls if p == plural)
 
 
-def make(home: FakeHome, clock: Clock | None = None) -> KubeletAuth:
-    return KubeletAuth(home, "vnode", clock=clock or Clock())  # type: ignore[arg-type]
+def make(home: FakeHome, clock: FakeClock | None = None) -> KubeletAuth:
+    return KubeletAuth(home, "vnode", clock=clock or FakeClock())  # type: ignore[arg-type]
 
 
 async def test_no_credentials_is_401() -> None:
@@ -204,7 +197,7 @@ async def test_unknown_token_is_401_and_cached() -> None:
 
 
 async def test_decision_and_token_caches_honour_their_ttls() -> None:
-    clock = Clock()
+    clock = FakeClock()
     home = FakeHome()
     home.tokens["tok"] = {"username": "bob", "groups": []}
     auth = make(home, clock)
@@ -229,7 +222,7 @@ async def test_decision_and_token_caches_honour_their_ttls() -> None:
 
 
 async def test_token_review_cache_expires_after_two_minutes() -> None:
-    clock = Clock()
+    clock = FakeClock()
     home = FakeHome()
     home.tokens["tok"] = {"username": "bob"}
     home.allow.add(("bob", "get", "stats"))

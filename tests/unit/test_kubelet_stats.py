@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_cache_diff import DecodeCounter, FakeClient, ev, page, start, stop, until
+from e2e.waiting import eventually
+from tests.support.scripted import DecodeCounter, FakeClient, ev, page, start, stop
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import PODS, WatchExpired
 from vkbridge.kubeletapi import stats as kstats
@@ -82,7 +83,11 @@ async def test_pod_refs_follow_the_compact_pod_cache_without_decoding_it() -> No
     task = await start(cache)
     fake.feed.put_nowait(ev("ADDED", pod("a", "two", "11")))
     fake.feed.put_nowait(ev("MODIFIED", pod("a", "one", "12", start_time="2026-12-01T11:30:00Z")))
-    await until(lambda: len(refs.entries()) == 2 and "startTime" in refs.entries()[0]["status"])
+    await eventually(
+        lambda: len(refs.entries()) == 2 and "startTime" in refs.entries()[0]["status"],
+        3.0,
+        "both pods with a start time",
+    )
     decoded = DecodeCounter(cache)
     summary = build_summary("vk", NOW, refs.entries(), {}, NOW)
     assert decoded.count == 0  # a scrape reads the refs, not the cache
@@ -91,8 +96,8 @@ async def test_pod_refs_follow_the_compact_pod_cache_without_decoding_it() -> No
         ({"name": "two", "namespace": "a", "uid": "uid-two"}, "2026-12-01T11:00:00Z"),
     ]
     fake.feed.put_nowait(ev("DELETED", pod("a", "two", "13")))
-    await until(lambda: len(refs.entries()) == 1)
+    await eventually(lambda: len(refs.entries()) == 1, 3.0, "one pod left")
     fake.feed.put_nowait(WatchExpired("too old"))
-    await until(lambda: cache.relists == 1)  # a re-list's diff reaches the refs too
+    await eventually(lambda: cache.relists == 1, 3.0, "a re-list")  # a re-list's diff reaches the refs too
     assert [r["metadata"]["name"] for r in refs.entries()] == ["three"]
     await stop(task)

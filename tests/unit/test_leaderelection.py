@@ -5,17 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from tests.support.clock import FakeClock
 from vkbridge.kube.leaderelection import LeaseObserver
 
 OUR_WALL = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
-
-
-class FakeMonotonic:
-    def __init__(self) -> None:
-        self.now = 500.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def lease(holder: str, renew: dt.datetime, duration: int = 4, transitions: int = 0) -> dict[str, Any]:
@@ -29,7 +22,7 @@ def lease(holder: str, renew: dt.datetime, duration: int = 4, transitions: int =
 
 def test_a_live_leader_whose_clock_is_an_hour_behind_is_not_taken_over() -> None:
     """Its renewTime is an hour old by our wall clock, but it changes at every renewal: the lease holds."""
-    mono = FakeMonotonic()
+    mono = FakeClock()
     obs = LeaseObserver(mono)
     holder_wall = OUR_WALL - dt.timedelta(hours=1)
     for i in range(20):
@@ -41,7 +34,7 @@ def test_a_live_leader_whose_clock_is_an_hour_behind_is_not_taken_over() -> None
 
 def test_a_dead_leader_whose_clock_is_an_hour_ahead_expires_after_one_duration() -> None:
     """Its last renewTime lies an hour in our future; it stopped renewing: ours after its 4 s, not 1 h."""
-    mono = FakeMonotonic()
+    mono = FakeClock()
     obs = LeaseObserver(mono)
     last = lease("vk-a", OUR_WALL + dt.timedelta(hours=1))
     obs.observe(last)
@@ -54,7 +47,7 @@ def test_a_dead_leader_whose_clock_is_an_hour_ahead_expires_after_one_duration()
 
 
 def test_a_record_first_seen_waits_a_full_duration_and_a_released_one_is_free() -> None:
-    mono = FakeMonotonic()
+    mono = FakeClock()
     obs = LeaseObserver(mono)
     stale = lease("vk-a", OUR_WALL - dt.timedelta(days=3))  # long dead, but we just met it
     obs.observe(stale)

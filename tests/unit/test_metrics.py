@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from vkbridge import __version__
-from vkbridge.metrics import REVISION_ENV, Metrics, seconds_until
+from vkbridge.metrics import REVISION_ENV, Metrics, node_ready, seconds_until
 
 
 def test_registry_has_process_and_platform_collectors() -> None:
@@ -60,3 +60,58 @@ def test_seconds_until() -> None:
     assert seconds_until(now + dt.timedelta(minutes=1), now) == 60
     assert seconds_until(now - dt.timedelta(seconds=5), now) == -5
     assert math.isnan(seconds_until(None, now))
+
+
+def test_workqueue_metrics_follow_client_go_with_the_pod_startup_buckets() -> None:
+    m = Metrics()
+    qm = m.workqueue("pods")
+    qm.add("ns/a")
+    qm.get("ns/a")
+    qm.done("ns/a")
+    qm.retry()
+    g = m.registry.get_sample_value
+    assert g("vkbridge_workqueue_adds_total", {"name": "pods"}) == 1
+    assert g("vkbridge_workqueue_retries_total", {"name": "pods"}) == 1
+    assert g("vkbridge_workqueue_depth", {"name": "pods"}) == 0
+    assert g("vkbridge_workqueue_queue_duration_seconds_count", {"name": "pods"}) == 1
+    assert g("vkbridge_workqueue_work_duration_seconds_count", {"name": "pods"}) == 1
+    assert g("vkbridge_workqueue_longest_running_processor_seconds", {"name": "pods"}) == 0
+    edges = {
+        f.name: [s.labels["le"] for s in f.samples if s.name.endswith("_bucket")]
+        for f in m.registry.collect()
+        if f.name.startswith("vkbridge_workqueue_") and f.type == "histogram"
+    }
+    kubelet = ["0.5", "1.0", "2.0", "3.0", "4.0", "5.0", "6.0", "8.0", "10.0", "20.0", "30.0", "45.0", "60.0"]
+    kubelet += ["120.0", "180.0", "240.0", "300.0", "360.0", "480.0", "600.0", "900.0", "1200.0", "1800.0"]
+    kubelet += ["2700.0", "3600.0", "+Inf"]
+    queued = edges["vkbridge_workqueue_queue_duration_seconds"]
+    assert queued[-len(kubelet) :] == kubelet and float(queued[0]) < 0.5  # every SLI edge, finer below
+    assert edges["vkbridge_workqueue_work_duration_seconds"][-2:] == ["60.0", "+Inf"]
+
+
+def test_api_requests_are_labelled_by_server_verb_resource_and_code() -> None:
+    m = Metrics()
+    m.api_requests.labels("pool", "create", "shadowpods", "201").inc()
+    assert (
+        m.registry.get_sample_value(
+            "vkbridge_api_requests_total",
+            {"server": "pool", "verb": "create", "resource": "shadowpods", "code": "201"},
+        )
+        == 1
+    )
+
+
+def test_node_ready_reads_the_ready_condition() -> None:
+    def node(status: str) -> dict[str, object]:
+        return {
+            "status": {
+                "conditions": [
+                    {"type": "MemoryPressure", "status": "True"},
+                    {"type": "Ready", "status": status},
+                ]
+            }
+        }
+
+    assert node_ready(node("True")) == 1
+    assert node_ready(node("Unknown")) == 0 and node_ready(node("False")) == 0
+    assert node_ready(None) == 0 and node_ready({"status": {"conditions": ["junk"]}}) == 0

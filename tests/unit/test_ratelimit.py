@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.clock import FakeClock
 from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.ratelimit import (
     BucketRateLimiter,
@@ -16,18 +17,6 @@ from vkbridge.kube.ratelimit import (
     TokenBucket,
     default_controller_rate_limiter,
 )
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
 
 # -- TokenBucket ---------------------------------------------------------------------------------------
 

@@ -12,32 +12,27 @@ import base64
 import contextlib
 import copy
 import dataclasses
-import itertools
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry
 
-from reflectors.configuration import (
-    FOREIGN,
-    ConfigurationPoolUnavailable,
-    ConfigurationReflector,
-    ConfigurationWriteError,
-    missing_message,
-)
-from reflectors.context import ReflectionContext
+from e2e.waiting import eventually
+from reflectors.configuration import FOREIGN, ConfigurationReflector, ConfigurationWriteError
 from reflectors.forge import constants as c
+from reflectors.forge.configuration import missing_message
 from reflectors.forge.references import Reference
+from reflectors.generic import PoolUnavailable
 from reflectors.refcount import ObjectRef, RefIndex
-from vkbridge.kube.client import ApiError, Resource
+from tests.support.fakeapi import FakeApi, FakeRecorder
+from tests.support.reflection import LOCAL_ID, REMOTE_ID, reflection_context
+from vkbridge.kube.client import ApiError
 from vkbridge.kube.reachability import PoolState, Reachability
 from vkbridge.logs import JsonFormatter, TextFormatter
-from vkbridge.metrics import Metrics
 
 S1 = ObjectRef("Secret", "team", "db")
 S2 = ObjectRef("Secret", "team", "pull")
@@ -156,8 +151,6 @@ def test_index_matches_a_naive_model(sequence: list[tuple[str, str, frozenset[Ob
 
 # ================================================================================== the reflector
 
-LOCAL_ID = "c-1a2b3c4d"
-REMOTE_ID = "c0123456789ab"
 NS, REMOTE_NS = "team", f"team-{LOCAL_ID}"
 ROOT_CA_REMOTE = "kube-root-ca.crt.c-1a2"
 OURS = {c.ORIGIN_LABEL: LOCAL_ID, c.DESTINATION_LABEL: REMOTE_ID}
@@ -168,174 +161,6 @@ SECRET_B64 = base64.b64encode(SECRET_VALUE.encode()).decode()
 
 def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
-
-
-class FakeApi:
-    """The handful of API calls the reflector and Cache make, over an in-memory store with watches."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.generation = 0
-        self.store: dict[tuple[str, str, str], dict[str, Any]] = {}
-        self.calls: list[tuple[str, str, str, str]] = []
-        self.deletes: list[tuple[str, str, str | None]] = []
-        self.fail_apply: ApiError | None = None
-        self._rv = itertools.count(100)
-        self._watchers: list[tuple[str, str | None, str | None, asyncio.Queue[dict[str, Any]]]] = []
-
-    # -- test-side helpers
-
-    def put(self, plural: str, obj: dict[str, Any], *, silent: bool = False) -> dict[str, Any]:
-        obj = copy.deepcopy(obj)
-        meta = obj.setdefault("metadata", {})
-        key = (plural, meta["namespace"], meta["name"])
-        old = self.store.get(key)
-        meta.setdefault("uid", old["metadata"]["uid"] if old else str(uuid.uuid4()))
-        meta["resourceVersion"] = str(next(self._rv))
-        self.store[key] = obj
-        if not silent:
-            self._notify(plural, old, obj)
-        return obj
-
-    def remove(self, plural: str, ns: str, name: str) -> None:
-        old = self.store.pop((plural, ns, name))
-        self._notify(plural, old, None)
-
-    def names(self, plural: str, ns: str) -> set[str]:
-        return {n for (p, s, n) in self.store if p == plural and s == ns}
-
-    def obj(self, plural: str, ns: str, name: str) -> dict[str, Any] | None:
-        return self.store.get((plural, ns, name))
-
-    def writes(self) -> list[tuple[str, str, str, str]]:
-        return [call for call in self.calls if call[0] in ("apply", "patch", "delete")]
-
-    # -- client surface
-
-    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
-        self.calls.append(("get", resource.plural, namespace or "", name))
-        obj = self.store.get((resource.plural, namespace or "", name))
-        if obj is None:
-            raise ApiError(404, "NotFound", f"{resource.plural} {name!r} not found")
-        return copy.deepcopy(obj)
-
-    async def list(self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None,
-                   **_kw: Any) -> dict[str, Any]:  # fmt: skip
-        items = [
-            copy.deepcopy(o)
-            for (p, s, _), o in self.store.items()
-            if p == resource.plural and s == namespace and _selects(label_selector, o)
-        ]
-        return {"items": items, "metadata": {"resourceVersion": str(next(self._rv))}}
-
-    async def watch(self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None,
-                    **_kw: Any) -> AsyncGenerator[dict[str, Any], None]:  # fmt: skip
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        entry = (resource.plural, namespace, label_selector, queue)
-        self._watchers.append(entry)
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            self._watchers.remove(entry)
-
-    async def apply(self, resource: Resource, body: dict[str, Any], namespace: str | None = None, *,
-                    field_manager: str, force: bool = True) -> dict[str, Any]:  # fmt: skip
-        name = body["metadata"]["name"]
-        self.calls.append(("apply", resource.plural, namespace or "", name))
-        assert field_manager == c.FIELD_MANAGER
-        if self.fail_apply is not None:
-            raise self.fail_apply
-        key = (resource.plural, namespace or "", name)
-        old = self.store.get(key)
-        want_rv = body["metadata"].get("resourceVersion")
-        if old is not None:
-            if want_rv and want_rv != old["metadata"]["resourceVersion"]:
-                raise ApiError(409, "Conflict", "the object has been modified")
-            if not force:
-                raise ApiError(409, "Conflict", "Apply failed with 1 conflict")
-            if old.get("type", "Opaque") != body.get("type", old.get("type", "Opaque")):
-                raise ApiError(422, "Invalid", "type: field is immutable")
-        new = copy.deepcopy(body)
-        new["metadata"].pop("resourceVersion", None)
-        if old is not None:
-            new["metadata"]["uid"] = old["metadata"]["uid"]
-            foreign = {k: v for k, v in (old.get("data") or {}).items() if k in old.get("_foreign_keys", ())}
-            if foreign:
-                new["data"] = {**foreign, **(new.get("data") or {})}
-                new["_foreign_keys"] = old["_foreign_keys"]
-        return copy.deepcopy(self.put(resource.plural, new))
-
-    async def patch(self, resource: Resource, name: str, patch: dict[str, Any], namespace: str | None = None,
-                    **_kw: Any) -> dict[str, Any]:  # fmt: skip
-        self.calls.append(("patch", resource.plural, namespace or "", name))
-        obj = copy.deepcopy(self.store[(resource.plural, namespace or "", name)])
-        want_rv = (patch.get("metadata") or {}).get("resourceVersion")
-        if want_rv and want_rv != obj["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", "the object has been modified")
-        labels = obj["metadata"].setdefault("labels", {})
-        for k, v in ((patch.get("metadata") or {}).get("labels") or {}).items():
-            if v is None:
-                labels.pop(k, None)
-            else:
-                labels[k] = v
-        for fld in ("data", "binaryData"):
-            for k, v in (patch.get(fld) or {}).items():
-                if v is None:
-                    obj.setdefault(fld, {}).pop(k, None)
-                else:
-                    obj.setdefault(fld, {})[k] = v
-        obj.pop("_foreign_keys", None)
-        return copy.deepcopy(self.put(resource.plural, obj))
-
-    async def delete(self, resource: Resource, name: str, namespace: str | None = None, *,
-                     preconditions_uid: str | None = None, preconditions_resource_version: str | None = None,
-                     **_kw: Any) -> dict[str, Any]:  # fmt: skip
-        self.calls.append(("delete", resource.plural, namespace or "", name))
-        self.deletes.append((resource.plural, name, preconditions_uid))
-        key = (resource.plural, namespace or "", name)
-        obj = self.store.get(key)
-        if obj is None:
-            raise ApiError(404, "NotFound", "not found")
-        if preconditions_uid is not None and preconditions_uid != obj["metadata"]["uid"]:
-            raise ApiError(409, "Conflict", "the UID in the precondition does not match")
-        if preconditions_resource_version not in (None, obj["metadata"]["resourceVersion"]):
-            raise ApiError(409, "Conflict", "the ResourceVersion in the precondition does not match")
-        self.remove(*key)
-        return {"kind": "Status"}
-
-    def _notify(self, plural: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        ns = ((new or old) or {})["metadata"]["namespace"]
-        for w_plural, w_ns, selector, queue in self._watchers:
-            if w_plural != plural or w_ns != ns:
-                continue
-            was, now = (
-                old is not None and _selects(selector, old),
-                new is not None and _selects(selector, new),
-            )
-            if was and now:
-                queue.put_nowait({"type": "MODIFIED", "object": copy.deepcopy(new)})
-            elif now:
-                queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(new)})
-            elif was:
-                queue.put_nowait({"type": "DELETED", "object": copy.deepcopy(old)})
-
-
-def _selects(selector: str | None, obj: dict[str, Any]) -> bool:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    for term in filter(None, (selector or "").split(",")):
-        k, v = term.split("=", 1)
-        if labels.get(k) != v:
-            return False
-    return True
-
-
-class FakeRecorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str, str, str]] = []
-
-    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str, **kw: Any) -> None:
-        self.events.append((kw.get("kind") or "", obj["metadata"]["name"], type_, reason, message))
 
 
 def secret(name: str, data: dict[str, str] | None = None, *, type_: str = "Opaque",
@@ -394,18 +219,7 @@ class Env:
         self.recorder = FakeRecorder()
         self.pods = FakePods()
         self.ready: list[str] = []
-        self.ctx = ReflectionContext(
-            home=self.home,  # type: ignore[arg-type]
-            pool=self.pool,  # type: ignore[arg-type]
-            node_name=REMOTE_ID,
-            local_cluster_id=LOCAL_ID,
-            remote_cluster_id=REMOTE_ID,
-            tenant_namespace=f"liqo-tenant-{REMOTE_ID}",
-            vk_pod_ip="127.0.0.1",
-            reach=self.reach,
-            recorder=self.recorder,  # type: ignore[arg-type]
-            metrics=Metrics(CollectorRegistry()),
-        )
+        self.ctx = reflection_context(self.home, self.pool, recorder=self.recorder, reach=self.reach)
         self.refl = ConfigurationReflector(
             self.ctx, 2, local_pods=self.pods, on_object_ready=self.ready.extend
         )
@@ -435,22 +249,12 @@ class Env:
                 await workers
 
 
-async def eventually(cond: Callable[[], Any], what: str, timeout: float = 2.0) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 async def settled(env: Env) -> None:
     """Let queued keys run: the queue empty and nothing in flight, twice in a row."""
     for _ in range(2):
-        await eventually(lambda: len(env.refl.queue) == 0 and env.refl.queue.in_flight == 0, "an idle queue")
+        await eventually(
+            lambda: len(env.refl.queue) == 0 and env.refl.queue.in_flight == 0, 2.0, "an idle queue"
+        )
         await asyncio.sleep(0.05)
 
 
@@ -510,12 +314,14 @@ async def test_missing_object_blocks_until_it_appears_then_pods_are_requeued() -
         assert 'Secret "db"' in message and "maybe" not in message
         assert env.remote_names() == set()
         env.home.put("secrets", secret("db"))
-        await eventually(lambda: env.ready == ["team/web"], "the waiting pod to be re-queued")
+        await eventually(lambda: env.ready == ["team/web"], 2.0, "the waiting pod to be re-queued")
         assert ("Secret", "db") in env.remote_names()
         assert await refl.ensure_for_pod(NS, pod("web", env_secret="db", optional_secret="maybe")) == []
         # The optional one, once it exists, is reflected too (the pool pod may use it).
         env.home.put("secrets", secret("maybe"))
-        await eventually(lambda: ("Secret", "maybe") in env.remote_names(), "the optional Secret reflected")
+        await eventually(
+            lambda: ("Secret", "maybe") in env.remote_names(), 2.0, "the optional Secret reflected"
+        )
 
 
 async def test_references_found_missing_are_remembered_per_pod_for_the_upstream_events() -> None:
@@ -527,7 +333,7 @@ async def test_references_found_missing_are_remembered_per_pod_for_the_upstream_
             Reference("Secret", "maybe", optional=True),
         )
         env.home.put("secrets", secret("db"))
-        await eventually(lambda: env.ready == ["team/web"], "the waiting pod to be re-queued")
+        await eventually(lambda: env.ready == ["team/web"], 2.0, "the waiting pod to be re-queued")
         await refl.ensure_for_pod(NS, pod("web", env_secret="db", optional_secret="maybe"))
         assert refl.absent_references("team/web") == (Reference("Secret", "maybe", optional=True),)
         refl.release_pod("team/web")
@@ -558,7 +364,7 @@ async def test_policy_skips_are_reported_and_never_copied() -> None:
         # Switching to skip later deletes the existing copy.
         env.home.put("configmaps", {**configmap("cfg"), "metadata": {
             "name": "cfg", "namespace": NS, "annotations": {c.SKIP_REFLECTION_ANNOTATION: "true"}}})  # fmt: skip
-        await eventually(lambda: env.remote_names() == set(), "the skipped copy deleted")
+        await eventually(lambda: env.remote_names() == set(), 2.0, "the skipped copy deleted")
         assert any(e[3] == c.EVENT_REFLECTION_DISABLED for e in env.recorder.events)
 
 
@@ -573,7 +379,7 @@ async def test_shared_secret_lives_until_the_last_pod_releases_it() -> None:
         await settled(env)
         assert ("Secret", "db") in env.remote_names()
         refl.release_pod("team/b")
-        await eventually(lambda: ("Secret", "db") not in env.remote_names(), "the Secret deleted")
+        await eventually(lambda: ("Secret", "db") not in env.remote_names(), 2.0, "the Secret deleted")
         assert ("secrets", "db", uid) in env.pool.deletes  # UID precondition
         assert env.home.obj("secrets", NS, "db") is not None  # the local one is never touched
 
@@ -584,21 +390,30 @@ async def test_local_update_is_reapplied_and_remote_drift_reverted() -> None:
     async with env.running() as refl:
         assert await refl.ensure_for_pod(NS, pod("a", env_secret="db")) == []
         env.home.put("secrets", secret("db", {"password": "two"}))
-        await eventually(lambda: env.pool.obj("secrets", REMOTE_NS, "db")["data"] == {"password": b64("two")},  # type: ignore[index]
-                         "the update reflected")  # fmt: skip
+        await eventually(
+            lambda: env.pool.obj("secrets", REMOTE_NS, "db")["data"] == {"password": b64("two")},
+            2.0,
+            "the update reflected",
+        )
         env.put_remote_copy("secrets", "db", {"password": "tampered"})
-        await eventually(lambda: env.pool.obj("secrets", REMOTE_NS, "db")["data"] == {"password": b64("two")},  # type: ignore[index]
-                         "drift reverted")  # fmt: skip
+        await eventually(
+            lambda: env.pool.obj("secrets", REMOTE_NS, "db")["data"] == {"password": b64("two")},
+            2.0,
+            "drift reverted",
+        )
         drifted = env.pool.obj("secrets", REMOTE_NS, "db")
         assert drifted is not None
         drifted = copy.deepcopy(drifted)
         drifted["data"]["extra"] = b64("added on the pool")
         drifted["_foreign_keys"] = ["extra"]
         env.pool.put("secrets", drifted)
-        await eventually(lambda: "extra" not in env.pool.obj("secrets", REMOTE_NS, "db")["data"],  # type: ignore[index]
-                         "a key added on the pool removed")  # fmt: skip
+        await eventually(
+            lambda: "extra" not in env.pool.obj("secrets", REMOTE_NS, "db")["data"],
+            2.0,
+            "a key added on the pool removed",
+        )
         env.pool.remove("secrets", REMOTE_NS, "db")
-        await eventually(lambda: ("Secret", "db") in env.remote_names(), "the deleted copy re-created")
+        await eventually(lambda: ("Secret", "db") in env.remote_names(), 2.0, "the deleted copy re-created")
 
 
 async def test_type_change_recreates_the_copy() -> None:
@@ -616,7 +431,7 @@ async def test_type_change_recreates_the_copy() -> None:
                 obj is not None and obj["type"] == "kubernetes.io/tls" and obj["metadata"]["uid"] != old_uid
             )
 
-        await eventually(recreated, "the copy re-created with the new type")
+        await eventually(recreated, 2.0, "the copy re-created with the new type")
 
 
 async def test_local_delete_removes_the_copy_and_the_pod_waits_again() -> None:
@@ -625,7 +440,7 @@ async def test_local_delete_removes_the_copy_and_the_pod_waits_again() -> None:
     async with env.running() as refl:
         assert await refl.ensure_for_pod(NS, pod("a", env_secret="db")) == []
         env.home.remove("secrets", NS, "db")
-        await eventually(lambda: env.remote_names() == set(), "the copy deleted with its local object")
+        await eventually(lambda: env.remote_names() == set(), 2.0, "the copy deleted with its local object")
         assert await refl.ensure_for_pod(NS, pod("a", env_secret="db")) == ['Secret "db" (not found)']
 
 
@@ -650,14 +465,14 @@ async def test_pool_away_parks_writes_and_resumes_when_it_returns() -> None:
     async with env.running() as refl:
         assert await refl.ensure_for_pod(NS, pod("a", env_secret="db")) == []
         env.reach.set(PoolState.LOST)
-        with pytest.raises(ConfigurationPoolUnavailable):
+        with pytest.raises(PoolUnavailable):
             await refl.ensure_for_pod(NS, pod("b", env_secret="later"))
         refl.release_pod("team/a")
         await settled(env)
         assert ("Secret", "db") in env.remote_names()  # nothing written while away
         assert refl.parked
         env.reach.set(PoolState.CONNECTED)
-        await eventually(lambda: ("Secret", "db") not in env.remote_names(), "the parked delete done")
+        await eventually(lambda: ("Secret", "db") not in env.remote_names(), 2.0, "the parked delete done")
         assert await refl.ensure_for_pod(NS, pod("b", env_secret="later")) == []
 
 
@@ -673,13 +488,18 @@ async def test_sweep_at_start_deletes_only_unreferenced_copies_of_ours() -> None
     env.pool.put("secrets", secret("foreign", ns=REMOTE_NS))
     env.pods.pods = [pod("alive", env_secret="used"), pod("done", root_ca=True, phase="Succeeded")]
     async with env.running() as refl:
-        await eventually(lambda: env.remote_names() == {("Secret", "used"), ("Secret", "p-token"),
-                                                        ("Secret", "foreign")}, "the sweep")  # fmt: skip
+        await eventually(
+            lambda: env.remote_names() == {("Secret", "used"), ("Secret", "p-token"), ("Secret", "foreign")},
+            2.0,
+            "the sweep",
+        )
         # The live pod is tracked again by the pod reflector; when it ends, its Secret goes.
         refl.track_pod(NS, env.pods.pods[0])
         await settled(env)
         refl.release_pod("team/alive")
-        await eventually(lambda: ("Secret", "used") not in env.remote_names(), "the tracked Secret released")
+        await eventually(
+            lambda: ("Secret", "used") not in env.remote_names(), 2.0, "the tracked Secret released"
+        )
 
 
 async def test_secret_values_never_reach_logs_or_errors(caplog: pytest.LogCaptureFixture) -> None:
@@ -689,18 +509,24 @@ async def test_secret_values_never_reach_logs_or_errors(caplog: pytest.LogCaptur
     async with env.running() as refl:
         assert await refl.ensure_for_pod(NS, pod("a", env_secret="db")) == []
         env.home.put("secrets", secret("db", {"password": SECRET_VALUE + "-2"}))
-        await eventually(lambda: env.pool.obj("secrets", REMOTE_NS, "db")["data"]  # type: ignore[index]
-                         == {"password": b64(SECRET_VALUE + "-2")}, "update")  # fmt: skip
-        env.home.put("secrets", secret("bad", {"password": SECRET_VALUE}))
-        env.pool.fail_apply = ApiError(
-            422, "Invalid", f'data[password]: Invalid value: "{SECRET_VALUE}" / {SECRET_B64}'
+        await eventually(
+            lambda: (
+                env.pool.obj("secrets", REMOTE_NS, "db")["data"]  # type: ignore[index]
+                == {"password": b64(SECRET_VALUE + "-2")}
+            ),
+            2.0,
+            "update",
         )
+        env.home.put("secrets", secret("bad", {"password": SECRET_VALUE}))
+        env.pool.fail["apply"] = [
+            ApiError(422, "Invalid", f'data[password]: Invalid value: "{SECRET_VALUE}" / {SECRET_B64}')
+        ]
         with pytest.raises(ConfigurationWriteError) as info:
             await refl.ensure_for_pod(NS, pod("b", env_secret="bad"))
         assert "422" in str(info.value) and "bad" in str(info.value)
-        env.pool.fail_apply = None
+        assert env.pool.fail["apply"] == [], "refused once"
         refl.release_pod("team/a")
-        await eventually(lambda: ("Secret", "db") not in env.remote_names(), "release")
+        await eventually(lambda: ("Secret", "db") not in env.remote_names(), 2.0, "release")
     lines = "\n".join(f.format(r) for r in caplog.records for f in (TextFormatter(), JsonFormatter()))
     text = lines + str(info.value) + repr(env.recorder.events)
     assert SECRET_VALUE not in text
@@ -765,11 +591,11 @@ async def test_two_nodes_share_a_copy_and_releasing_one_node_keeps_it_for_the_ot
     async with env.running() as node_a, running_node(second_node(env)) as node_b:
         assert await node_a.ensure_for_pod(NS, pod("a", env_secret="db")) == []
         assert await node_b.ensure_for_pod(NS, pod("b", env_secret="db")) == []
-        await eventually(lambda: {MARK, MARK_B} <= remote_labels(env).keys(), "both nodes' marks")
+        await eventually(lambda: {MARK, MARK_B} <= remote_labels(env).keys(), 2.0, "both nodes' marks")
         uid = env.pool.obj("secrets", REMOTE_NS, "db")["metadata"]["uid"]  # type: ignore[index]
 
         node_a.release_pod("team/a")
-        await eventually(lambda: MARK not in remote_labels(env), "node A's mark removed")
+        await eventually(lambda: MARK not in remote_labels(env), 2.0, "node A's mark removed")
         await settled(env)
         await asyncio.sleep(0.1)
         copy_ = env.pool.obj("secrets", REMOTE_NS, "db")
@@ -777,7 +603,9 @@ async def test_two_nodes_share_a_copy_and_releasing_one_node_keeps_it_for_the_ot
         assert remote_labels(env)[MARK_B] == "true"
 
         node_b.release_pod("team/b")
-        await eventually(lambda: env.pool.obj("secrets", REMOTE_NS, "db") is None, "deleted by the last user")
+        await eventually(
+            lambda: env.pool.obj("secrets", REMOTE_NS, "db") is None, 2.0, "deleted by the last user"
+        )
 
 
 async def test_release_racing_another_nodes_mark_never_deletes_the_copy() -> None:
@@ -797,7 +625,7 @@ async def test_release_racing_another_nodes_mark_never_deletes_the_copy() -> Non
         still = env.pool.obj("secrets", REMOTE_NS, "db")
         assert still is not None, "deleted although node B marked it"
         env.pool.put("secrets", still)  # the watch catches up
-        await eventually(lambda: MARK not in remote_labels(env), "node A's mark removed")
+        await eventually(lambda: MARK not in remote_labels(env), 2.0, "node A's mark removed")
         assert remote_labels(env)[MARK_B] == "true"
 
 
@@ -813,10 +641,10 @@ async def test_sweep_at_start_leaves_copies_other_nodes_mark() -> None:
         env.pool.put("secrets", obj)
     async with env.running():
         await eventually(
-            lambda: ("Secret", "unmarked") not in env.remote_names(), "the unmarked leftover swept"
+            lambda: ("Secret", "unmarked") not in env.remote_names(), 2.0, "the unmarked leftover swept"
         )
         await eventually(
-            lambda: MARK not in remote_labels(env, "shared"), "our mark removed from the shared one"
+            lambda: MARK not in remote_labels(env, "shared"), 2.0, "our mark removed from the shared one"
         )
         await settled(env)
         assert {("Secret", "theirs"), ("Secret", "shared")} <= env.remote_names()
@@ -830,8 +658,11 @@ async def test_update_by_one_node_keeps_the_other_nodes_mark() -> None:
         assert await node_a.ensure_for_pod(NS, pod("a", env_secret="db")) == []
         assert await node_b.ensure_for_pod(NS, pod("b", env_secret="db")) == []
         env.home.put("secrets", secret("db", {"password": "two"}))
-        await eventually(lambda: env.pool.obj("secrets", REMOTE_NS, "db")["data"] == {"password": b64("two")},  # type: ignore[index]
-                         "the update reflected")  # fmt: skip
+        await eventually(
+            lambda: env.pool.obj("secrets", REMOTE_NS, "db")["data"] == {"password": b64("two")},
+            2.0,
+            "the update reflected",
+        )
         await settled(env)
         assert {MARK, MARK_B} <= remote_labels(env).keys()
 
@@ -862,7 +693,7 @@ async def test_local_configmap_named_like_the_renamed_root_ca_never_overwrites_i
         await settled(env)
         assert env.pool.obj("configmaps", REMOTE_NS, ROOT_CA_REMOTE) is not None  # still the CA pod's
         refl.release_pod("team/ca")
-        await eventually(lambda: env.remote_names() == set(), "the CA copy released")
+        await eventually(lambda: env.remote_names() == set(), 2.0, "the CA copy released")
         assert env.home.obj("configmaps", NS, ROOT_CA_REMOTE) is not None
 
 

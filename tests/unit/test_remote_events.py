@@ -1,6 +1,6 @@
 """Remote pod Events -> local pod Events (DESIGN §1; LIQO §5 "Event (remote→local)", §8 rate limits).
 
-First the pure parts of reflectors.events (body, patch, spam key), then the RemoteEventReflector driven
+First the pure parts (reflectors.forge.events: body, patch, spam key), then the RemoteEventReflector driven
 against a small in-memory API at the client seam (real Cache, real WorkQueue, fake clock). The real API
 servers are exercised by tests/integration/test_remote_events.py.
 """
@@ -9,34 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
-import itertools
 import logging
-import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
 
-from reflectors.context import ReflectionContext
-from reflectors.events import (
-    REMOTE_EVENT_SELECTOR,
-    RemoteEventReflector,
-    copy_fields,
-    event_patch,
-    local_event,
-    spam_key,
-)
+from e2e.waiting import eventually
 from reflectors.forge import constants as c
+from reflectors.forge.events import copy_fields, event_patch, local_event, spam_key
+from reflectors.remote_events import REMOTE_EVENT_SELECTOR, RemoteEventReflector
+from tests.support.clock import FakeClock
+from tests.support.fakeapi import FakeApi, selects
+from tests.support.reflection import LOCAL_ID, REMOTE_ID, reflection_context
 from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.cache import Cache
-from vkbridge.kube.client import PODS, ApiError, Resource
+from vkbridge.kube.client import PODS, ApiError
 from vkbridge.kube.reachability import Reachability
-from vkbridge.metrics import Metrics
 
-LOCAL_ID = "c-1a2b3c4d"
-REMOTE_ID = "c0123456789ab"
 NS = "team"
 RNS = f"team-{LOCAL_ID}"
 NOW = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
@@ -177,192 +168,6 @@ def test_spam_key_is_per_local_pod_incarnation() -> None:
 # ================================================================================== the reflector
 
 
-def _field(obj: dict[str, Any], path: str) -> Any:
-    value: Any = obj
-    for part in path.split("."):
-        value = (value or {}).get(part)
-    return value
-
-
-def _selects(obj: dict[str, Any], labels: str | None, fields: str | None) -> bool:
-    have = (obj.get("metadata") or {}).get("labels") or {}
-    for term in filter(None, (labels or "").split(",")):
-        k, v = term.split("=", 1)
-        if have.get(k) != v:
-            return False
-    for term in filter(None, (fields or "").split(",")):
-        negate = "!=" in term
-        k, v = term.split("!=" if negate else "=", 1)
-        if (str(_field(obj, k)) == v) == negate:
-            return False
-    return True
-
-
-class FakeApi:
-    """The calls the reflector and Cache make, over an in-memory store with watches and failure injection."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.generation = 0
-        self.store: dict[tuple[str, str, str], dict[str, Any]] = {}
-        self.calls: list[tuple[str, str, str]] = []  # (verb, namespace, name) of writes and gets
-        self.deletes: list[tuple[str, str | None]] = []
-        self.fail: dict[str, list[Exception]] = {}
-        self._rv = itertools.count(100)
-        self._last_rv = 99
-        self._log: list[tuple[int, str, dict[str, Any] | None, dict[str, Any] | None]] = []
-        self._watchers: list[
-            tuple[str, str | None, str | None, str | None, asyncio.Queue[dict[str, Any]]]
-        ] = []
-
-    # -- test side
-
-    async def pause(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-    def put(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
-        obj = copy.deepcopy(obj)
-        meta = obj.setdefault("metadata", {})
-        key = (plural, meta["namespace"], meta["name"])
-        old = self.store.get(key)
-        meta.setdefault("uid", old["metadata"]["uid"] if old else str(uuid.uuid4()))
-        self._last_rv = next(self._rv)
-        meta["resourceVersion"] = str(self._last_rv)
-        self.store[key] = obj
-        self._notify(plural, old, obj)
-        return obj
-
-    def remove(self, plural: str, ns: str, name: str) -> None:
-        self._last_rv = next(self._rv)
-        self._notify(plural, self.store.pop((plural, ns, name)), None)
-
-    def obj(self, plural: str, ns: str, name: str) -> dict[str, Any] | None:
-        return self.store.get((plural, ns, name))
-
-    def names(self, plural: str, ns: str) -> set[str]:
-        return {n for (p, s, n) in self.store if p == plural and s == ns}
-
-    def writes(self) -> list[tuple[str, str, str]]:
-        return [call for call in self.calls if call[0] in ("create", "patch", "delete")]
-
-    def _maybe_fail(self, verb: str) -> None:
-        pending = self.fail.get(verb)
-        if pending:
-            raise pending.pop(0)
-
-    # -- client surface
-
-    async def list(self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None,
-                   field_selector: str | None = None, **_kw: Any) -> dict[str, Any]:  # fmt: skip
-        self._maybe_fail("list")
-        items = [
-            copy.deepcopy(o)
-            for (p, s, _), o in self.store.items()
-            if p == resource.plural and namespace in (None, s) and _selects(o, label_selector, field_selector)
-        ]
-        return {"items": items, "metadata": {"resourceVersion": str(self._last_rv)}}
-
-    async def watch(self, resource: Resource, namespace: str | None = None, *, resource_version: str,
-                    label_selector: str | None = None, field_selector: str | None = None,
-                    **_kw: Any) -> AsyncGenerator[dict[str, Any], None]:  # fmt: skip
-        """Replays what changed after ``resource_version`` (as the API server does), then goes live."""
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        entry = (resource.plural, namespace, label_selector, field_selector, queue)
-        for rv, plural, old, new in self._log:
-            if rv > int(resource_version):
-                self._send(entry, plural, old, new)
-        self._watchers.append(entry)
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            self._watchers.remove(entry)
-
-    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
-        self.calls.append(("get", namespace or "", name))
-        obj = self.store.get((resource.plural, namespace or "", name))
-        if obj is None:
-            raise ApiError(404, "NotFound", f"{resource.plural} {name!r} not found")
-        return copy.deepcopy(obj)
-
-    async def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None,
-                     **_kw: Any) -> dict[str, Any]:  # fmt: skip
-        name = body["metadata"]["name"]
-        self.calls.append(("create", namespace or "", name))
-        self._maybe_fail("create")
-        assert body["metadata"]["namespace"] == namespace
-        if (resource.plural, namespace or "", name) in self.store:
-            raise ApiError(409, "AlreadyExists", f"{resource.plural} {name!r} already exists")
-        return copy.deepcopy(self.put(resource.plural, body))
-
-    async def patch(self, resource: Resource, name: str, patch: dict[str, Any], namespace: str | None = None,
-                    **_kw: Any) -> dict[str, Any]:  # fmt: skip
-        self.calls.append(("patch", namespace or "", name))
-        self._maybe_fail("patch")
-        old = self.store.get((resource.plural, namespace or "", name))
-        if old is None:
-            raise ApiError(404, "NotFound", "not found")
-        new = copy.deepcopy(old)
-        for k, v in patch.items():
-            if v is None:
-                new.pop(k, None)
-            else:
-                new[k] = v
-        return copy.deepcopy(self.put(resource.plural, new))
-
-    async def delete(self, resource: Resource, name: str, namespace: str | None = None, *,
-                     preconditions_uid: str | None = None, **_kw: Any) -> dict[str, Any]:  # fmt: skip
-        self.calls.append(("delete", namespace or "", name))
-        self.deletes.append((name, preconditions_uid))
-        self._maybe_fail("delete")
-        obj = self.store.get((resource.plural, namespace or "", name))
-        if obj is None:
-            raise ApiError(404, "NotFound", "not found")
-        if preconditions_uid is not None and preconditions_uid != obj["metadata"]["uid"]:
-            raise ApiError(409, "Conflict", "the UID in the precondition does not match")
-        self.remove(resource.plural, namespace or "", name)
-        return {"kind": "Status"}
-
-    def _notify(self, plural: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        self._log.append((self._last_rv, plural, copy.deepcopy(old), copy.deepcopy(new)))
-        for entry in self._watchers:
-            self._send(entry, plural, old, new)
-
-    @staticmethod
-    def _send(entry: tuple[str, str | None, str | None, str | None, asyncio.Queue[dict[str, Any]]], plural: str,
-              old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:  # fmt: skip
-        w_plural, w_ns, labels, fields, queue = entry
-        ns = ((new or old) or {})["metadata"]["namespace"]
-        if w_plural == plural and w_ns in (None, ns):
-            was = old is not None and _selects(old, labels, fields)
-            now = new is not None and _selects(new, labels, fields)
-            if was and now:
-                queue.put_nowait({"type": "MODIFIED", "object": copy.deepcopy(new)})
-            elif now:
-                queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(new)})
-            elif was:
-                queue.put_nowait({"type": "DELETED", "object": copy.deepcopy(old)})
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def until(cond: Callable[[], Any], what: str, timeout: float = 2.0) -> Any:
-    """Wait for a condition the event loop will make true (caches, workers); no fixed sleeps."""
-    try:
-        async with asyncio.timeout(timeout):
-            while not (value := cond()):  # noqa: ASYNC110 - a predicate over caches and fakes; no event to wait on
-                await asyncio.sleep(0.001)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
-    return value
-
-
 class World:
     def __init__(self, tg: asyncio.TaskGroup, refl: RemoteEventReflector, home: FakeApi, pool: FakeApi,
                  clock: FakeClock) -> None:  # fmt: skip
@@ -372,7 +177,7 @@ class World:
         self.refl.start_pair(NS, RNS, self.tg.create_task)
 
     async def ready(self) -> None:
-        await until(lambda: NS in self.refl.pairs and self.refl.pairs[NS].ready, "pair ready")
+        await eventually(lambda: NS in self.refl.pairs and self.refl.pairs[NS].ready, 2.0, "pair ready")
 
     async def settle(self) -> None:
         """Until the caches caught up with both stores and the queue is idle."""
@@ -382,9 +187,11 @@ class World:
             return {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in objs}
 
         want = rvs(o for (p, ns, _), o in self.pool.store.items()
-                   if p == "events" and ns == RNS and _selects(o, None, REMOTE_EVENT_SELECTOR))  # fmt: skip
-        await until(lambda: rvs(pair.cache.list()) == want, "the remote cache to catch up")
-        await until(lambda: len(self.refl.queue) == 0 and self.refl.queue.in_flight == 0, "queue idle")
+                   if p == "events" and ns == RNS and selects(o, None, REMOTE_EVENT_SELECTOR))  # fmt: skip
+        await eventually(lambda: rvs(pair.cache.list()) == want, 2.0, "the remote cache to catch up")
+        await eventually(
+            lambda: len(self.refl.queue) == 0 and self.refl.queue.in_flight == 0, 2.0, "queue idle"
+        )
 
     def local(self, name: str = "web-0.17f0a") -> dict[str, Any] | None:
         return self.home.obj("events", NS, name)
@@ -397,18 +204,7 @@ async def world(*, workers: int = 2, max_tries: int = 3, start: bool = True,
     for p in pods:
         home.put("pods", p)
     local_pods = Cache(cast(Any, home), PODS, field_selector=None, name="consumer/pods")
-    ctx = ReflectionContext(
-        home=cast(Any, home),
-        pool=cast(Any, pool),
-        node_name=REMOTE_ID,
-        local_cluster_id=LOCAL_ID,
-        remote_cluster_id=REMOTE_ID,
-        tenant_namespace=f"liqo-tenant-{REMOTE_ID}",
-        vk_pod_ip="10.0.0.9",
-        reach=Reachability(),
-        recorder=cast(Any, None),
-        metrics=Metrics(),
-    )
+    ctx = reflection_context(home, pool, reach=Reachability(), vk_pod_ip="10.0.0.9")
     refl = RemoteEventReflector(
         ctx,
         local_pods,
@@ -438,7 +234,7 @@ async def world(*, workers: int = 2, max_tries: int = 3, start: bool = True,
 async def test_remote_event_is_copied_onto_the_local_pod() -> None:
     async with world() as w:
         w.pool.put("events", remote_event())
-        event = await until(w.local, "the local copy")
+        event = await eventually(w.local, 2.0, "the local copy")
         assert event["involvedObject"] == {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -463,7 +259,7 @@ async def test_remote_cache_watches_pod_events_only() -> None:
         w.pool.put("events", remote_event("svc.1", involvedObject={"apiVersion": "v1", "kind": "Service",
                                                                     "name": "web-0", "namespace": RNS}))  # fmt: skip
         w.pool.put("events", remote_event())
-        await until(w.local, "the pod event")
+        await eventually(w.local, 2.0, "the pod event")
         await w.settle()
         assert w.home.names("events", NS) == {"web-0.17f0a"}
 
@@ -478,35 +274,35 @@ async def test_events_about_pods_that_are_not_ours_are_ignored() -> None:
 async def test_aggregated_remote_event_updates_the_local_copy() -> None:
     async with world() as w:
         w.pool.put("events", remote_event(reason="BackOff", type="Warning", message="Back-off 10s"))
-        await until(w.local, "the local copy")
+        await eventually(w.local, 2.0, "the local copy")
         w.pool.put("events", remote_event(reason="BackOff", type="Warning", message="Back-off 20s", count=2,
                                           lastTimestamp="2026-11-29T09:00:20Z"))  # fmt: skip
-        await until(lambda: (w.local() or {}).get("count") == 2, "count 2 locally")
+        await eventually(lambda: (w.local() or {}).get("count") == 2, 2.0, "count 2 locally")
         event = w.local()
         assert event is not None
         assert (event["message"], event["lastTimestamp"]) == ("Back-off 20s", "2026-11-29T09:00:20Z")
         assert event["firstTimestamp"] == "2026-11-29T09:00:00Z"
-        assert [v for v, _, _ in w.home.writes()] == ["create", "patch"]
+        assert [v for v, *_ in w.home.writes()] == ["create", "patch"]
 
 
 async def test_unchanged_remote_event_costs_no_write() -> None:
     async with world() as w:
         w.pool.put("events", remote_event())
-        await until(w.local, "the local copy")
+        await eventually(w.local, 2.0, "the local copy")
         w.refl.queue.add(f"{NS}/web-0.17f0a")
         w.pool.put("events", remote_event(metadata={"name": "web-0.17f0a", "namespace": RNS,
                                                     "annotations": {"touched": "1"}}))  # fmt: skip
         await w.settle()
-        assert [v for v, _, _ in w.home.writes()] == ["create"]
+        assert [v for v, *_ in w.home.writes()] == ["create"]
 
 
 async def test_remote_event_gone_deletes_our_copy_with_a_uid_precondition() -> None:
     async with world() as w:
         w.pool.put("events", remote_event())
-        created = await until(w.local, "the local copy")
+        created = await eventually(w.local, 2.0, "the local copy")
         w.pool.remove("events", RNS, "web-0.17f0a")
-        await until(lambda: w.local() is None, "the local copy deleted")
-        assert w.home.deletes == [("web-0.17f0a", created["metadata"]["uid"])]
+        await eventually(lambda: w.local() is None, 2.0, "the local copy deleted")
+        assert w.home.deletes == [("events", "web-0.17f0a", created["metadata"]["uid"])]
 
 
 async def test_foreign_local_event_with_the_same_name_is_never_touched(
@@ -515,15 +311,15 @@ async def test_foreign_local_event_with_the_same_name_is_never_touched(
     async with world() as w:
         foreign = w.home.put("events", {"metadata": {"name": "web-0.17f0a", "namespace": NS},
                                         "reason": "Mine", "count": 7})  # fmt: skip
-        with caplog.at_level(logging.WARNING, logger="reflectors.events"):
+        with caplog.at_level(logging.WARNING, logger="reflectors.remote_events"):
             w.pool.put("events", remote_event())
-            await until(lambda: "web-0.17f0a" in w.refl.pairs[NS].foreign, "foreign noted")
+            await eventually(lambda: "web-0.17f0a" in w.refl.pairs[NS].foreign, 2.0, "foreign noted")
             w.pool.put("events", remote_event(count=2))
             await w.settle()
             w.pool.remove("events", RNS, "web-0.17f0a")
             await w.settle()
         assert w.local() == foreign
-        assert [v for v, _, _ in w.home.writes()] == ["create"]  # the refused attempt only
+        assert [v for v, *_ in w.home.writes()] == ["create"]  # the refused attempt only
         assert sum("not ours" in r.getMessage() for r in caplog.records) == 1
 
 
@@ -540,11 +336,11 @@ async def test_restart_finds_its_copies_updates_changed_and_deletes_stale_ones()
         w.pool.put("events", remote_event(count=5))
         w.start_pair()
         await w.ready()
-        await until(lambda: w.local("web-0.gone") is None, "the stale copy deleted")
-        await until(lambda: (w.local() or {}).get("count") == 5, "the changed copy updated")
+        await eventually(lambda: w.local("web-0.gone") is None, 2.0, "the stale copy deleted")
+        await eventually(lambda: (w.local() or {}).get("count") == 5, 2.0, "the changed copy updated")
         await w.settle()
-        assert sorted(v for v, _, _ in w.home.writes()) == ["delete", "patch"]
-        assert ("web-0.gone", stale_uid) in w.home.deletes
+        assert sorted(v for v, *_ in w.home.writes()) == ["delete", "patch"]
+        assert ("events", "web-0.gone", stale_uid) in w.home.deletes
 
 
 async def test_event_waits_for_its_local_pod() -> None:
@@ -553,7 +349,7 @@ async def test_event_waits_for_its_local_pod() -> None:
         await w.settle()
         assert w.local() is None
         w.home.put("pods", pod())
-        event = await until(w.local, "the copy once the pod exists")
+        event = await eventually(w.local, 2.0, "the copy once the pod exists")
         assert event["involvedObject"]["uid"] == "local-uid"
 
 
@@ -566,7 +362,7 @@ async def test_spam_filter_allows_a_burst_of_25_per_pod_then_one_per_300s() -> N
         assert w.refl.dropped == 5
         # another pod has its own bucket
         w.pool.put("events", remote_event("db-0.1", pod_name="db-0"))
-        await until(lambda: w.local("db-0.1"), "db-0's event")
+        await eventually(lambda: w.local("db-0.1"), 2.0, "db-0's event")
         # repeats consume tokens too (client-go): an aggregated update is dropped while the bucket is empty
         w.pool.put("events", remote_event("web-0.00", count=2))
         await w.settle()
@@ -575,7 +371,9 @@ async def test_spam_filter_allows_a_burst_of_25_per_pod_then_one_per_300s() -> N
         # 300 s later one token is back: the next change goes through, the one after does not
         w.clock.now += 300
         w.pool.put("events", remote_event("web-0.00", count=3))
-        await until(lambda: (w.local("web-0.00") or {}).get("count") == 3, "the update after refill")
+        await eventually(
+            lambda: (w.local("web-0.00") or {}).get("count") == 3, 2.0, "the update after refill"
+        )
         w.pool.put("events", remote_event("web-0.29", count=2))
         await w.settle()
         assert w.local("web-0.29") is None
@@ -589,31 +387,31 @@ async def test_deletes_are_not_rate_limited() -> None:
         await w.settle()
         for i in range(25):
             w.pool.remove("events", RNS, f"web-0.{i:02d}")
-        await until(lambda: not w.home.names("events", NS), "every copy deleted")
+        await eventually(lambda: not w.home.names("events", NS), 2.0, "every copy deleted")
         assert w.refl.dropped == 0
 
 
 async def test_failures_are_retried_a_few_times_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     async with world(max_tries=3) as w:
         w.home.fail["create"] = [ApiError(503, "ServiceUnavailable", "try later") for _ in range(10)]
-        with caplog.at_level(logging.DEBUG, logger="reflectors.events"):
+        with caplog.at_level(logging.DEBUG, logger="reflectors.remote_events"):
             w.pool.put("events", remote_event())
-            await until(lambda: w.refl.failed == 1, "given up")
+            await eventually(lambda: w.refl.failed == 1, 2.0, "given up")
             await w.settle()
-        assert [v for v, _, _ in w.home.writes()] == ["create"] * 3
+        assert [v for v, *_ in w.home.writes()] == ["create"] * 3
         warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(warnings) == 1 and "retrying" in warnings[0].getMessage()
         # a later change of the same remote event starts afresh and succeeds
         w.home.fail["create"] = []
         w.pool.put("events", remote_event(count=2))
-        await until(lambda: (w.local() or {}).get("count") == 2, "reflected after the outage")
+        await eventually(lambda: (w.local() or {}).get("count") == 2, 2.0, "reflected after the outage")
 
 
 async def test_transient_failure_then_success() -> None:
     async with world() as w:
         w.home.fail["create"] = [ApiError(0, "TransportError", "connection reset")]
         w.pool.put("events", remote_event())
-        await until(w.local, "created on the retry")
+        await eventually(w.local, 2.0, "created on the retry")
         assert w.refl.failed == 0
 
 
@@ -621,27 +419,27 @@ async def test_permanent_refusal_is_not_retried() -> None:
     async with world(max_tries=5) as w:
         w.home.fail["create"] = [ApiError(422, "Invalid", "bad event")]
         w.pool.put("events", remote_event())
-        await until(lambda: w.refl.failed == 1, "given up at once")
+        await eventually(lambda: w.refl.failed == 1, 2.0, "given up at once")
         await w.settle()
-        assert [v for v, _, _ in w.home.writes()] == ["create"]
+        assert [v for v, *_ in w.home.writes()] == ["create"]
 
 
 async def test_local_copy_deleted_behind_our_back_is_recreated_on_the_next_change() -> None:
     async with world() as w:
         w.pool.put("events", remote_event())
-        await until(w.local, "the local copy")
+        await eventually(w.local, 2.0, "the local copy")
         w.home.remove("events", NS, "web-0.17f0a")  # e.g. the Event TTL expired
         w.pool.put("events", remote_event(count=2))
-        await until(lambda: (w.local() or {}).get("count") == 2, "re-created")
+        await eventually(lambda: (w.local() or {}).get("count") == 2, 2.0, "re-created")
 
 
 async def test_stop_pair_stops_the_cache_and_leaves_copies() -> None:
     async with world() as w:
         w.pool.put("events", remote_event())
-        await until(w.local, "the local copy")
+        await eventually(w.local, 2.0, "the local copy")
         tasks = list(w.refl.pairs[NS].tasks)
         w.refl.stop_pair(NS)
-        await until(lambda: all(t.done() for t in tasks), "pair tasks finished")
+        await eventually(lambda: all(t.done() for t in tasks), 2.0, "pair tasks finished")
         assert NS not in w.refl.pairs
         assert w.local() is not None
         assert await w.refl.handle(f"{NS}/web-0.17f0a") is None

@@ -28,6 +28,12 @@ def _linter(name: str) -> str:
     return path
 
 
+def _lint(argv: list[str], what: str) -> None:
+    """Run a linter from the repository root; a finding fails with the linter's own report."""
+    res = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 0, f"{what}:\n{res.stdout}{res.stderr}"
+
+
 def test_the_scripts_are_found() -> None:
     names = {p.relative_to(REPO).as_posix() for p in SCRIPTS}
     assert {"e2e/kind/setup.sh", "e2e/kind/run-scenarios.sh", "e2e/kind/teardown.sh", ".ci/run"} <= names
@@ -38,28 +44,13 @@ def test_shellcheck(script: Path) -> None:
     shellcheck = _linter("shellcheck")
     assert script.is_file(), f"{script} is missing"
     # -x follows `source` lines (their `# shellcheck source=` directives); the default severity (style).
-    res = subprocess.run(
-        [shellcheck, "--external-sources", "--shell=bash", str(script.relative_to(REPO))],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert res.returncode == 0, f"shellcheck {script.relative_to(REPO)}:\n{res.stdout}{res.stderr}"
+    name = str(script.relative_to(REPO))
+    _lint([shellcheck, "--external-sources", "--shell=bash", name], f"shellcheck {name}")
 
 
 def test_hadolint_dockerfile() -> None:
     hadolint = _linter("hadolint")
-    res = subprocess.run(
-        [hadolint, "--no-color", "Dockerfile"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert res.returncode == 0, f"hadolint Dockerfile:\n{res.stdout}{res.stderr}"
+    _lint([hadolint, "--no-color", "Dockerfile"], "hadolint Dockerfile")
 
 
 def test_scripts_are_executable() -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
 from e2e.tunnel import TunnelProxy
+from e2e.waiting import eventually
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -78,13 +79,6 @@ async def expect_hang(reader: asyncio.StreamReader) -> None:
         await asyncio.wait_for(reader.read(100), HANG_S)
 
 
-async def wait_until(cond: Callable[[], bool], timeout: float = 2.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
-
-
 async def test_forwards_both_ways_and_counts(proxy: TunnelProxy, echo: EchoServer) -> None:
     assert proxy.url == f"https://127.0.0.1:{proxy.port}"
     r, w = await connect(proxy)
@@ -98,7 +92,7 @@ async def test_forwards_both_ways_and_counts(proxy: TunnelProxy, echo: EchoServe
     w.write_eof()  # half-close travels through; the echo server closes; so does the proxy
     assert await asyncio.wait_for(r.read(), 2) == b""
     w.close()
-    await wait_until(lambda: proxy.open_connections == 0)
+    await eventually(lambda: proxy.open_connections == 0, 2.0, "every connection closed")
 
 
 async def test_latency_is_added_per_direction_and_keeps_order(proxy: TunnelProxy) -> None:
@@ -152,7 +146,7 @@ async def test_reset_all_breaks_open_connections_only(proxy: TunnelProxy) -> Non
     proxy.reset_all()
     for r, _ in conns:
         await expect_reset(r)
-    await wait_until(lambda: proxy.open_connections == 0)
+    await eventually(lambda: proxy.open_connections == 0, 2.0, "every connection closed")
     assert proxy.resets_total == 3
     r, w = await connect(proxy)  # mode unchanged: new connections still work
     assert await roundtrip(r, w, b"y") == b"y"

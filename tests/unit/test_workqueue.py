@@ -8,6 +8,7 @@ from collections.abc import Hashable
 
 import pytest
 
+from vkbridge.kube.queuemetrics import QueueMetrics, QueueSinks
 from vkbridge.kube.ratelimit import ItemExponentialLimiter
 from vkbridge.kube.workqueue import QueueShutDown, RequeueAfter, WorkQueue, run_workers
 
@@ -377,3 +378,140 @@ async def test_on_result_hook_errors_do_not_kill_workers() -> None:
 async def test_run_workers_needs_a_worker() -> None:
     with pytest.raises(ValueError):
         await run_workers(WorkQueue[str]("t"), lambda key: asyncio.sleep(0), 0, "t")
+
+
+# -- metrics (vkbridge.kube.queuemetrics): client-go's bookkeeping, on a fake clock ------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Recorder:
+    """Stands for every prometheus child a QueueSinks needs: set, inc and observe are recorded."""
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.observed: list[float] = []
+
+    def set(self, value: float) -> None:
+        self.value = value
+
+    def inc(self, amount: float = 1) -> None:
+        self.value += amount
+
+    def observe(self, amount: float) -> None:
+        self.observed.append(amount)
+
+
+def metered(clock: FakeClock, limiter: RecordingLimiter | None = None) -> tuple[WorkQueue[str], QueueSinks]:
+    sinks = QueueSinks(Recorder(), Recorder(), Recorder(), Recorder(), Recorder())
+    return WorkQueue("t", limiter, metrics=QueueMetrics(sinks, clock=clock)), sinks
+
+
+def rec(sink: object) -> Recorder:
+    assert isinstance(sink, Recorder)
+    return sink
+
+
+async def test_metrics_time_the_wait_and_the_work() -> None:
+    clock = FakeClock()
+    q, sinks = metered(clock)
+    q.add("a")
+    clock.now += 2.0
+    q.add("b")
+    assert rec(sinks.depth).value == 2 and rec(sinks.adds).value == 2
+    clock.now += 0.5
+    assert await get_now(q) == "a"
+    assert rec(sinks.queue_duration).observed == [2.5] and rec(sinks.depth).value == 1
+    clock.now += 0.25
+    assert q.metrics.longest_running_processor_seconds() == 0.25
+    q.done("a")
+    assert rec(sinks.work_duration).observed == [0.25]
+    assert q.metrics.unfinished_work_seconds() == 0 and q.metrics.longest_running_processor_seconds() == 0
+
+
+async def test_metrics_do_not_count_a_duplicate_add() -> None:
+    clock = FakeClock()
+    q, sinks = metered(clock)
+    for key in ["a", "a", "b", "a"]:
+        q.add(key)
+    assert rec(sinks.adds).value == 2 and rec(sinks.depth).value == 2
+
+
+async def test_metrics_count_a_readd_while_processing_as_waiting_from_the_readd() -> None:
+    """client-go's depth counts a key re-added while it is processed; its wait starts at that add."""
+    clock = FakeClock()
+    q, sinks = metered(clock)
+    q.add("a")
+    await get_now(q)
+    clock.now += 1.0
+    q.add("a")
+    assert len(q) == 0 and rec(sinks.depth).value == 1  # parked behind the worker, yet waiting
+    clock.now += 3.0
+    q.done("a")
+    assert await get_now(q) == "a"
+    assert rec(sinks.queue_duration).observed == [0.0, 3.0]
+    assert rec(sinks.work_duration).observed == [4.0]
+
+
+async def test_metrics_retries_count_failures_not_deliberate_delays() -> None:
+    clock = FakeClock()
+    q, sinks = metered(clock, RecordingLimiter(delay=0.0))
+    q.add_after("a", 0.01)
+    q.add_rate_limited("b")
+    q.add_rate_limited("c")
+    assert rec(sinks.retries).value == 2
+    q.shutdown()
+    q.add_rate_limited("d")
+    assert rec(sinks.retries).value == 2
+
+
+async def test_metrics_unfinished_work_sums_the_keys_in_flight() -> None:
+    clock = FakeClock()
+    q, _ = metered(clock)
+    q.add("a")
+    q.add("b")
+    await get_now(q)
+    clock.now += 2.0
+    await get_now(q)
+    clock.now += 1.0
+    assert q.metrics.unfinished_work_seconds() == 4.0
+    assert q.metrics.longest_running_processor_seconds() == 3.0
+
+
+async def test_metrics_shutdown_empties_the_depth() -> None:
+    clock = FakeClock()
+    q, sinks = metered(clock)
+    q.add("a")
+    q.add("b")
+    q.shutdown()
+    assert rec(sinks.depth).value == 0
+    q.add("c")
+    assert rec(sinks.adds).value == 2
+
+
+async def test_metrics_change_nothing_the_queue_does() -> None:
+    """The same script on a queue with and without metrics hands out the same keys in the same order."""
+
+    async def script(q: WorkQueue[str]) -> list[object]:
+        out: list[object] = []
+        for key in ["a", "b", "a", "c"]:
+            q.add(key)
+        first = await get_now(q)
+        q.add(first)
+        q.add_rate_limited("d")
+        out += [first, len(q), q.in_flight, q.waiting]
+        q.done(first)
+        out += [await get_now(q) for _ in range(4)]
+        out += [len(q), q.in_flight, q.num_requeues("d")]
+        return out
+
+    plain = await script(WorkQueue("t", RecordingLimiter(delay=0.0)))
+    clock = FakeClock()
+    with_metrics = await script(metered(clock, RecordingLimiter(delay=0.0))[0])
+    assert plain == with_metrics == ["a", 3, 1, 0, "b", "c", "d", "a", 0, 4, 1]

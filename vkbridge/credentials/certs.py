@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from reflectors.forge.timefmt import rfc3339
 from vkbridge.kube.kubeconfig import CertInfo, KubeconfigError
 
 __all__ = [
@@ -74,10 +75,6 @@ class CertificateRejected(ValueError):
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
-
-
-def _stamp(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # ---------------------------------------------------------------------------------------------- keys
@@ -249,9 +246,9 @@ def _verify(
         raise CertificateRejected("certificate public key does not match our private key")
     info = cert_info_of(cert)
     if info.not_before > now + skew:
-        raise CertificateRejected(f"certificate is not valid before {_stamp(info.not_before)} (clock skew?)")
+        raise CertificateRejected(f"certificate is not valid before {rfc3339(info.not_before)} (clock skew?)")
     if info.not_after <= now:
-        raise CertificateRejected(f"certificate expired at {_stamp(info.not_after)}")
+        raise CertificateRejected(f"certificate expired at {rfc3339(info.not_after)}")
     if info.not_after <= info.not_before:
         raise CertificateRejected("certificate validity window is empty")
     if ips:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from reflectors.forge.timefmt import rfc3339
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import KubeClient
 from vkbridge.kube.kubeconfig import Credentials, KubeconfigError, cert_info, parse_kubeconfig
@@ -54,7 +54,7 @@ def describe(creds: Credentials) -> dict[str, object]:
         "auth": creds.auth_kind,
         "subject": info.cn,
         "serial": format(info.serial, "x"),
-        "not_after": info.not_after.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "not_after": rfc3339(info.not_after),
     }
 
 

@@ -11,45 +11,41 @@ Two sources, whichever brings a newer valid certificate first wins:
 The kubeconfig Secret itself is followed by ``RemoteCredentialWatcher`` (a new bundle swaps there);
 here it is only written, with resourceVersion, re-read on conflict and never overwritten when it holds
 another key (a rotated bundle) or a newer certificate. An expired certificate is not ours to fix: we
-say once what the operator must do.
+say once what the operator must do. The objects themselves (the Renew's body, whose Renew it is, the
+Secret's state) are pure functions in `renewobjects`; here is the loop that reads, writes and waits.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import dataclasses
 import datetime as dt
-import hashlib
 import math
 import time
 from collections.abc import Callable
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-from cryptography import x509
-
+from reflectors.forge.constants import FIELD_MANAGER
+from reflectors.forge.timefmt import rfc3339
 from vkbridge.credentials.certs import (
     DEFAULT_RENEW_FRACTION,
     CertificateRejected,
     SigningKey,
-    b64,
-    build_csr,
     decode_pem_field,
-    dump_kubeconfig,
-    kubeconfig_client_certificate,
-    kubeconfig_client_key,
-    kubeconfig_with_certificate,
-    load_kubeconfig_doc,
     load_private_key,
-    public_key_matches,
     renew_point,
-    renew_public_key,
-    same_key,
     seconds_to_expiry,
     verify_certificate,
 )
-from vkbridge.credentials.remote import KUBECONFIG_KEY
+from vkbridge.credentials.renewobjects import (
+    RenewScope,
+    digest,
+    renew_matches,
+    secret_state,
+    secret_with_certificate,
+    serial,
+    signed_crt,
+)
 from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.cache import Cache, object_key
 from vkbridge.kube.client import RENEWS, SECRETS, ApiError, KubeClient
@@ -58,21 +54,15 @@ from vkbridge.kube.reachability import Reachability
 from vkbridge.logs import get_logger
 from vkbridge.metrics import Metrics
 
-__all__ = ["FIELD_MANAGER", "CertificateRenewer", "RenewFailed"]
+__all__ = ["CertificateRenewer", "RenewFailed"]
 
 log = get_logger("vkbridge.credentials")
 
-FIELD_MANAGER: Final = "reflection.liqo.io"
-MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
-MANAGED_BY: Final = "vkbridge"
-RESOURCESLICE_LABEL: Final = "liqo.io/resourceslice-name"
 MAX_SLEEP_S: Final = 600.0  # re-read the wall clock at least this often (suspend, clock steps)
 ERROR_RETRY_S: Final = 30.0
 PERSIST_BACKOFF: Final = (2.0, 60.0)
 POLL_BACKOFF: Final = (0.5, 5.0)
 MAX_CONFLICTS: Final = 8
-
-SecretState = Literal["current", "older", "other-key", "unreadable"]
 
 
 class RenewFailed(Exception):
@@ -81,18 +71,6 @@ class RenewFailed(Exception):
 
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-def _stamp(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _serial(info: CertInfo) -> str:
-    return format(info.serial, "x")
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data.strip()).hexdigest()
 
 
 class CertificateRenewer:
@@ -130,7 +108,7 @@ class CertificateRenewer:
         self._home, self._pool = home, pool
         self._tenant_ns, self._secret_name = tenant_namespace, secret_name
         self._rs_name, self._remote_ns = resource_slice_name, remote_tenant_namespace
-        self._consumer_id = consumer_cluster_id
+        self._scope = RenewScope(remote_tenant_namespace, resource_slice_name, consumer_cluster_id)
         self._fraction, self._grace = renew_fraction, provider_grace
         self._metrics, self._reach = metrics, reach
         self._rs_cache, self._secret_cache = resource_slice_cache, secret_cache
@@ -235,9 +213,9 @@ class CertificateRenewer:
         log.info(
             "pool client certificate",
             subject=info.cn,
-            serial=_serial(info),
-            not_after=_stamp(info.not_after),
-            renew_from=_stamp(self.ask_at(info)),
+            serial=serial(info),
+            not_after=rfc3339(info.not_after),
+            renew_from=rfc3339(self.ask_at(info)),
         )
 
     async def reconcile(self) -> float:
@@ -268,9 +246,9 @@ class CertificateRenewer:
         if current.not_after <= now:
             if self._once(f"expired:{current.serial}"):
                 log.error(
-                    f"the pool client certificate expired at {_stamp(current.not_after)}: apply a new bundle "
-                    "(user guide section 5, Rotate the credentials)",
-                    serial=_serial(current),
+                    f"the pool client certificate expired at {rfc3339(current.not_after)}: "
+                    "apply a new bundle (user guide section 5, Rotate the credentials)",
+                    serial=serial(current),
                 )
             return min(delays)
         due = self.ask_at(current)
@@ -293,13 +271,13 @@ class CertificateRenewer:
     ) -> tuple[bytes, CertInfo] | None:
         """A verified certificate from the ResourceSlice status that is newer than the one in use."""
         rs = self._rs_cache.get(self._rs_key) or {}
-        raw = ((rs.get("status") or {}).get("authParams") or {}).get("signedCRT")
+        raw = signed_crt(rs)
         if not raw:
             return None
         where = f"ResourceSlice {self._rs_key} status.authParams.signedCRT"
         try:
             pem = decode_pem_field(raw, where)
-            if pem.strip() == (creds.client_cert_pem or b"").strip() or _digest(pem) in self._unloadable:
+            if pem.strip() == (creds.client_cert_pem or b"").strip() or digest(pem) in self._unloadable:
                 return None
             try:
                 if cert_info(pem).not_after <= current.not_after:
@@ -310,7 +288,7 @@ class CertificateRenewer:
                 pem, key=key, cn=current.cn or "", orgs=current.orgs, now=now, ca_pem=creds.ca_pem
             )
         except CertificateRejected as err:
-            if self._once(f"slice:{_digest(str(raw).encode())}"):
+            if self._once(f"slice:{digest(str(raw).encode())}"):
                 log.warning("ignoring the certificate in the ResourceSlice status", reason=str(err))
             return None
         return pem, info
@@ -321,7 +299,7 @@ class CertificateRenewer:
         try:
             await self._pool.swap_credentials(new)
         except KubeconfigError as err:
-            self._unloadable.add(_digest(pem))  # never retry it in a loop
+            self._unloadable.add(digest(pem))  # never retry it in a loop
             log.error("renewed certificate could not be loaded; keeping the current one", error=str(err))
             return False
         self.renewals += 1
@@ -330,37 +308,14 @@ class CertificateRenewer:
         log.info(
             "pool client certificate renewed",
             source=source,
-            serial=_serial(info),
-            not_after=_stamp(info.not_after),
+            serial=serial(info),
+            not_after=rfc3339(info.not_after),
         )
         if not await self._persist(pem, info, key):
             self._persist_pending = True
         return True
 
     # -- the Secret
-
-    def _secret_state(self, secret: dict[str, Any], key: SigningKey, info: CertInfo) -> SecretState:
-        """How the Secret's kubeconfig compares with certificate ``info`` for ``key``."""
-        try:
-            raw = base64.b64decode((secret.get("data") or {}).get(KUBECONFIG_KEY) or "", validate=True)
-            doc = load_kubeconfig_doc(raw)
-            cert_pem, key_pem = kubeconfig_client_certificate(doc), kubeconfig_client_key(doc)
-        except (KubeconfigError, binascii.Error, ValueError):
-            return "unreadable"
-        if key_pem is None:
-            return "other-key"
-        try:
-            if not same_key(load_private_key(key_pem), key):
-                return "other-key"
-        except CertificateRejected:
-            return "unreadable"
-        if cert_pem is None:
-            return "older"
-        try:
-            theirs = cert_info(cert_pem)
-        except ValueError:
-            return "older"
-        return "current" if theirs.not_after >= info.not_after else "older"
 
     async def _read_secret(self, fresh: bool) -> dict[str, Any] | None:
         if not fresh:
@@ -387,7 +342,7 @@ class CertificateRenewer:
                             secret=where,
                         )
                     return True
-                state = self._secret_state(secret, key, info)
+                state = secret_state(secret, key, info)
                 if state == "current":
                     return True
                 if state in ("other-key", "unreadable"):
@@ -398,14 +353,7 @@ class CertificateRenewer:
                             state=state,
                         )
                     return True
-                doc = load_kubeconfig_doc(base64.b64decode(secret["data"][KUBECONFIG_KEY]))
-                body = {
-                    **secret,
-                    "data": {
-                        **secret["data"],
-                        KUBECONFIG_KEY: b64(dump_kubeconfig(kubeconfig_with_certificate(doc, pem))),
-                    },
-                }
+                body = secret_with_certificate(secret, pem)
                 try:
                     await self._home.replace(SECRETS, body, self._tenant_ns, field_manager=FIELD_MANAGER)
                 except ApiError as err:
@@ -416,7 +364,7 @@ class CertificateRenewer:
                 self._persist_retry.reset()
                 self._persist_pending = False
                 log.info(
-                    "renewed certificate written to the kubeconfig Secret", secret=where, serial=_serial(info)
+                    "renewed certificate written to the kubeconfig Secret", secret=where, serial=serial(info)
                 )
                 return True
             log.warning("kubeconfig Secret keeps changing under us; will write it again", secret=where)
@@ -436,7 +384,7 @@ class CertificateRenewer:
                 return True
             if str(secret["metadata"].get("resourceVersion")) == self._replaced_rv:
                 return True  # the cache has not seen our write yet
-            if self._secret_state(secret, key, current) != "older":
+            if secret_state(secret, key, current) != "older":
                 return True
         assert creds.client_cert_pem is not None
         ok = await self._persist(creds.client_cert_pem, current, key)
@@ -447,26 +395,7 @@ class CertificateRenewer:
 
     def renew_name(self, current: CertInfo) -> str:
         """One Renew per certificate being replaced: retries and restarts reuse it, nothing piles up."""
-        return f"{self._rs_name}-renew-{_serial(current)[-10:]}"
-
-    def _renew_body(self, name: str, key: SigningKey, current: CertInfo) -> dict[str, Any]:
-        csr = build_csr(key, current.cn or "", current.orgs)
-        return {
-            "apiVersion": RENEWS.api_version,
-            "kind": RENEWS.kind,
-            "metadata": {
-                "name": name,
-                "namespace": self._remote_ns,
-                "labels": {MANAGED_BY_LABEL: MANAGED_BY, RESOURCESLICE_LABEL: self._rs_name},
-            },
-            "spec": {
-                "consumerClusterID": self._consumer_id,
-                "publicKey": b64(renew_public_key(key)),
-                "csr": b64(csr),
-                "identityType": "ResourceSlice",
-                "resourceSliceRef": {"name": self._rs_name},
-            },
-        }
+        return self._scope.name(current)
 
     async def _renew(self, creds: Credentials, key: SigningKey, current: CertInfo) -> None:
         name = self.renew_name(current)
@@ -475,8 +404,8 @@ class CertificateRenewer:
             log.info(
                 "asking the pool to renew the client certificate",
                 renew=where,
-                serial=_serial(current),
-                not_after=_stamp(current.not_after),
+                serial=serial(current),
+                not_after=rfc3339(current.not_after),
             )
         start_pem = creds.client_cert_pem
         assert start_pem is not None
@@ -516,48 +445,25 @@ class CertificateRenewer:
             pool=self._reach.state.value,
         )
 
-    def _renew_matches(self, renew: dict[str, Any], key: SigningKey, current: CertInfo) -> bool:
-        try:
-            csr = x509.load_pem_x509_csr(decode_pem_field((renew.get("spec") or {}).get("csr"), "csr"))
-        except (CertificateRejected, ValueError):
-            return False
-        wanted = x509.load_pem_x509_csr(build_csr(key, current.cn or "", current.orgs))
-        return csr.subject == wanted.subject and public_key_matches(csr, key)
-
     async def _ensure_renew(self, name: str, key: SigningKey, current: CertInfo) -> dict[str, Any]:
         """Create our Renew, or reuse the one a previous attempt (or process) left for this certificate."""
-        body = self._renew_body(name, key, current)
+        body = self._scope.body(name, key, current)
         try:
             return await self._pool.create(RENEWS, body, self._remote_ns, field_manager=FIELD_MANAGER)
         except ApiError as err:
             if not err.already_exists:
                 raise
         existing = await self._pool.get(RENEWS, name, self._remote_ns)
-        if not self._is_ours(existing):
+        if not self._scope.is_ours(existing):
             raise RenewFailed(
                 f"Renew {self._remote_ns}/{name} exists and was not created by vkbridge for ResourceSlice "
                 f"{self._rs_name}; it is left alone (delete it if it is stale)"
             )
-        if self._renew_matches(existing, key, current):
+        if renew_matches(existing, key, current):
             return existing
         if not await self._delete_renew(name, existing["metadata"].get("uid")):
             raise RenewFailed(f"Renew {self._remote_ns}/{name} exists for another key and may not be deleted")
         return await self._pool.create(RENEWS, body, self._remote_ns, field_manager=FIELD_MANAGER)
-
-    def _is_ours(self, renew: dict[str, Any]) -> bool:
-        """A Renew this renewer created: our labels and spec, and no owner (Liqo's own Renews are owned
-        by their Identity). Anything else with our name is someone else's and never deleted."""
-        meta = renew.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        spec = renew.get("spec") or {}
-        return (
-            labels.get(MANAGED_BY_LABEL) == MANAGED_BY
-            and labels.get(RESOURCESLICE_LABEL) == self._rs_name
-            and not meta.get("ownerReferences")
-            and spec.get("identityType") == "ResourceSlice"
-            and spec.get("consumerClusterID") == self._consumer_id
-            and (spec.get("resourceSliceRef") or {}).get("name") == self._rs_name
-        )
 
     async def _await_signed(
         self, name: str, renew: dict[str, Any], start_pem: bytes, key: SigningKey, current: CertInfo
@@ -566,7 +472,7 @@ class CertificateRenewer:
         deadline = time.monotonic() + self._answer_timeout
         poll = Backoff(*POLL_BACKOFF)
         while True:
-            raw = (((renew.get("status") or {}).get("authParams")) or {}).get("signedCRT")
+            raw = signed_crt(renew)
             if raw:
                 pem = decode_pem_field(raw, f"Renew {name} status.authParams.signedCRT")
                 if pem.strip() != start_pem.strip():
@@ -616,11 +522,10 @@ class CertificateRenewer:
         """Delete our answered Renews (all of them are for certificates no longer in use)."""
         if not self._may_delete_renews:
             return
-        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY},{RESOURCESLICE_LABEL}={self._rs_name}"
         try:
-            found = await self._pool.list(RENEWS, self._remote_ns, label_selector=selector)
+            found = await self._pool.list(RENEWS, self._remote_ns, label_selector=self._scope.selector)
             for item in found.get("items") or []:
-                if not self._is_ours(item):
+                if not self._scope.is_ours(item):
                     continue
                 if not await self._delete_renew(item["metadata"]["name"], item["metadata"].get("uid")):
                     return

@@ -23,6 +23,7 @@ from typing import Any, Final, Literal
 
 from cryptography import x509
 
+from reflectors.forge.timefmt import rfc3339
 from vkbridge.credentials.certs import (
     KUBELET_SERVING_USAGES,
     CertificateRejected,
@@ -75,10 +76,6 @@ ROUND_ERRORS: Final = (
 
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-def _stamp(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _is_ip(text: str) -> bool:
@@ -220,7 +217,7 @@ class ServingCertificateManager:
                 "self-signed kubelet serving certificate generated",
                 subject=cn,
                 serial=format(info.serial, "x"),
-                not_after=_stamp(info.not_after),
+                not_after=rfc3339(info.not_after),
             )
             await self._sleep_until(info.not_after - SELF_SIGNED_MIN_LEFT)
 
@@ -251,8 +248,8 @@ class ServingCertificateManager:
                 "kubelet serving certificate issued",
                 csr=self.last_csr or "-",
                 serial=format(info.serial, "x"),
-                not_after=_stamp(info.not_after),
-                rotate_at=_stamp(rotate_at),
+                not_after=rfc3339(info.not_after),
+                rotate_at=rfc3339(rotate_at),
             )
             await self._sleep_until(rotate_at)
 

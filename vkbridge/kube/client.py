@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
@@ -27,6 +27,7 @@ import orjson
 
 from vkbridge.kube.kubeconfig import Credentials, KubeconfigError, read_token, ssl_context
 from vkbridge.kube.ratelimit import TokenBucket
+from vkbridge.kube.requestmetrics import APPLY_PATCH, Params, RequestCounter, RequestMetrics, classify
 
 # orjson: 3-4x faster than json on watch streams (the hottest path under load), and it shares dict keys
 # across documents, so cached objects take less memory.
@@ -68,7 +69,6 @@ JSON: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
-APPLY_PATCH: Final = "application/apply-patch+yaml"
 
 DEFAULT_TIMEOUT: Final = 60.0
 CONNECT_TIMEOUT: Final = 15.0
@@ -81,7 +81,6 @@ _ERROR_BODY_LIMIT: Final = 64 * 1024
 
 Obj = dict[str, Any]
 Body = dict[str, Any] | list[Any]  # a list is a JSON patch
-Params = Mapping[str, "str | int | bool | float | Sequence[str] | None"]
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -218,44 +217,6 @@ SUBJECTACCESSREVIEWS: Final = Resource(
 )
 
 
-def classify(
-    method: str, path: str, params: Params | None = None, content_type: str | None = None
-) -> tuple[str, str]:
-    """(Kubernetes verb, resource[/subresource]) of a request, for ``KubeClient.stats``."""
-    segs = [s for s in path.split("?", 1)[0].split("/") if s]
-    if segs[:1] == ["api"]:
-        segs = segs[2:]
-    elif segs[:1] == ["apis"]:
-        segs = segs[3:]
-    else:
-        return method.lower(), "/".join(segs[:1])
-    if len(segs) >= 3 and segs[0] == "namespaces" and segs[2] not in ("status", "finalize"):
-        segs = segs[2:]
-    resource = segs[0] if segs else ""
-    named = len(segs) >= 2
-    if len(segs) >= 3:
-        resource += "/" + segs[2]
-    m = method.upper()
-    if m == "GET":
-        watching = params is not None and _truthy(params.get("watch"))
-        verb = "watch" if watching else ("get" if named else "list")
-    elif m == "POST":
-        verb = "create"
-    elif m == "PUT":
-        verb = "update"
-    elif m == "PATCH":
-        verb = "apply" if content_type == APPLY_PATCH else "patch"
-    elif m == "DELETE":
-        verb = "delete" if named else "deletecollection"
-    else:
-        verb = m.lower()
-    return verb, resource
-
-
-def _truthy(v: object) -> bool:
-    return v is True or (isinstance(v, str) and v.lower() in ("true", "1"))
-
-
 def _query(params: Params | None) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for k, v in (params or {}).items():
@@ -299,13 +260,16 @@ class _StreamEnded(aiohttp.ClientConnectionError):
 
 
 class _Flight:
-    """One request on the wire, which ``KubeClient.abandon_inflight`` can end before its timeout."""
+    """One request on the wire, which ``KubeClient.abandon_inflight`` can end before its timeout; counted
+    by (verb, resource) ``key`` and HTTP ``status`` (None: no answer) when it leaves the wire."""
 
-    __slots__ = ("abandoned", "deadline")
+    __slots__ = ("abandoned", "deadline", "key", "status")
 
-    def __init__(self) -> None:
+    def __init__(self, key: tuple[str, str]) -> None:
         self.deadline: asyncio.Timeout | None = None
         self.abandoned: str | None = None
+        self.key = key
+        self.status: int | None = None
 
 
 def is_transport_failure(exc: BaseException) -> bool:
@@ -344,8 +308,10 @@ class KubeClient:
         timeout: float | None = None,
         name: str = "consumer",
         user_agent: str = "vkbridge/0.1.0",
+        request_counter: RequestCounter | None = None,
     ) -> None:
         self.name = name
+        self.requests = RequestMetrics(request_counter, name)  # vkbridge_api_requests_total
         self.user_agent = user_agent
         self.timeout = DEFAULT_TIMEOUT if timeout is None else timeout
         self.stats: Counter[tuple[str, str]] = Counter()
@@ -541,7 +507,7 @@ class KubeClient:
             data = json.dumps(body, separators=(",", ":")).encode()
         total = self.timeout if timeout is None else timeout
         t0 = time.monotonic()
-        flight = _Flight()
+        flight = _Flight(key)
         try:
             async with (
                 self._in_flight(req_session, flight),
@@ -555,8 +521,8 @@ class KubeClient:
                     **self._conn_kwargs(),
                 ) as resp,
             ):
+                status = flight.status = resp.status
                 raw = await resp.read()
-                status = resp.status
                 http_reason = resp.reason or ""
                 retry_after = resp.headers.get("Retry-After")
         except Exception as exc:
@@ -590,6 +556,7 @@ class KubeClient:
             self._inflight[session] -= 1
             if self._inflight[session] <= 0:
                 del self._inflight[session]
+            self.requests.observe(flight.key, flight.status)
 
     async def ping(self, path: str, timeout: float) -> int:
         """GET ``path`` as a health probe; returns the HTTP status, raises ``TransportError``.
@@ -600,11 +567,11 @@ class KubeClient:
         handshakes: through a slow tunnel (300 ms each way) a handshake alone exceeds a 1 s ping timeout,
         and a probe that gave it no more would never succeed again after the tunnel cut the connection.
         """
-        self.stats[classify("GET", path, None)] += 1
+        flight = _Flight(classify("GET", path, None))
+        self.stats[flight.key] += 1
         req_session, _ = self._sessions()
         headers = await self._headers()
         tmo = aiohttp.ClientTimeout(total=None, sock_connect=PING_CONNECT_FACTOR * timeout, sock_read=timeout)
-        flight = _Flight()
         try:
             async with (
                 self._in_flight(req_session, flight),
@@ -612,6 +579,7 @@ class KubeClient:
                     self._creds.server + path, headers=headers, timeout=tmo, **self._conn_kwargs()
                 ) as resp,
             ):
+                flight.status = resp.status
                 await resp.read()
                 return resp.status
         except Exception as exc:
@@ -649,13 +617,13 @@ class KubeClient:
             "labelSelector": label_selector,
             "fieldSelector": field_selector,
         }
-        self.stats[("watch", resource.plural)] += 1
+        flight = _Flight(("watch", resource.plural))  # abandonable while it opens; once open, a live stream
+        self.stats[flight.key] += 1
         _, watch_session = self._sessions()
         headers = await self._headers()
         tmo = aiohttp.ClientTimeout(
             total=None, sock_connect=CONNECT_TIMEOUT, sock_read=timeout_seconds + WATCH_READ_SLACK
         )
-        flight = _Flight()  # abandonable while it opens; once open, a live stream
         try:
             async with self._in_flight(watch_session, flight):
                 resp = await watch_session.get(
@@ -665,6 +633,7 @@ class KubeClient:
                     timeout=tmo,
                     **self._conn_kwargs(),
                 )
+                flight.status = resp.status  # counted once per watch opened, however long it lives
             async with resp:
                 if resp.status != 200:
                     raw = await resp.content.read(_ERROR_BODY_LIMIT)
@@ -699,7 +668,8 @@ class KubeClient:
         ``timeout`` bounds silence between chunks (None: unbounded, for followed logs).
         """
         method = method.upper()
-        self.stats[classify(method, path, params)] += 1
+        key = classify(method, path, params)
+        self.stats[key] += 1
         await self._limiter.acquire()
         _, watch_session = self._sessions()
         headers = await self._headers()
@@ -714,7 +684,9 @@ class KubeClient:
                 **self._conn_kwargs(),
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self.requests.observe(key, None)
             raise _transport_error(method, path, exc) from exc
+        self.requests.observe(key, resp.status)
         self._live_streams.add(resp)
         try:
             if resp.status >= 400:

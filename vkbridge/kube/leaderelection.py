@@ -19,14 +19,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from reflectors.forge.timefmt import rfc3339_micro
 from vkbridge.kube.client import LEASES, ApiError, KubeClient
 from vkbridge.logs import get_logger
 
 log = get_logger("vkbridge.leader")
-
-
-def _micro(now: dt.datetime) -> str:
-    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _record(lease: dict[str, Any]) -> tuple[Any, ...]:
@@ -99,8 +96,8 @@ class LeaderElector:
             "spec": {
                 "holderIdentity": self.identity,
                 "leaseDurationSeconds": max(1, round(self.lease_duration)),
-                "acquireTime": acquire or _micro(now),
-                "renewTime": _micro(now),
+                "acquireTime": acquire or rfc3339_micro(now),
+                "renewTime": rfc3339_micro(now),
                 "leaseTransitions": transitions,
             },
         }

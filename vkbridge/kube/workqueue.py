@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from vkbridge.kube.queuemetrics import QueueMetrics
 from vkbridge.kube.ratelimit import RateLimiter, default_controller_rate_limiter
 
 __all__ = ["QueueShutDown", "RequeueAfter", "ResultHook", "WorkQueue", "run_workers"]
@@ -47,11 +48,15 @@ ResultHook = Callable[[K, bool, float], None]
 class WorkQueue(Generic[K]):
     """FIFO of unique keys; at most one worker per key; delayed and rate-limited re-adds.
 
-    Must be used from one event loop. Not thread-safe (there are no threads).
+    Must be used from one event loop. Not thread-safe (there are no threads). ``metrics`` (optional) is
+    told of every add, get, done and retry (``vkbridge.kube.queuemetrics``); it changes nothing here.
     """
 
-    def __init__(self, name: str = "", rate_limiter: RateLimiter | None = None) -> None:
+    def __init__(
+        self, name: str = "", rate_limiter: RateLimiter | None = None, metrics: QueueMetrics | None = None
+    ) -> None:
         self.name = name
+        self.metrics = metrics if metrics is not None else QueueMetrics()
         self._limiter: RateLimiter = (
             rate_limiter if rate_limiter is not None else default_controller_rate_limiter()
         )
@@ -73,7 +78,7 @@ class WorkQueue(Generic[K]):
 
     @property
     def depth(self) -> int:
-        """Same as ``len(queue)``: client-go's ``workqueue_depth`` gauge."""
+        """Same as ``len(queue)``; the depth metric also counts a key re-added while processed (client-go)."""
         return len(self._queue)
 
     @property
@@ -96,6 +101,7 @@ class WorkQueue(Generic[K]):
         """Queue ``key`` unless it is already queued; if it is being processed, queue it after ``done``."""
         if self._shutting_down or key in self._dirty:
             return
+        self.metrics.add(key)
         self._dirty.add(key)
         if key in self._processing:
             return
@@ -120,6 +126,7 @@ class WorkQueue(Generic[K]):
         if self._shutting_down:
             raise QueueShutDown(self.name)
         key = self._queue.popleft()
+        self.metrics.get(key)
         self._processing.add(key)
         self._dirty.discard(key)
         self._idle.clear()
@@ -127,6 +134,7 @@ class WorkQueue(Generic[K]):
 
     def done(self, key: K) -> None:
         """Finish processing ``key``; if it was added meanwhile, queue it again (once)."""
+        self.metrics.done(key)
         self._processing.discard(key)
         if key in self._dirty:
             self._queue.append(key)
@@ -167,6 +175,7 @@ class WorkQueue(Generic[K]):
         """Add ``key`` after the delay the rate limiter gives it; returns that delay (for the log)."""
         if self._shutting_down:
             return 0.0
+        self.metrics.retry()
         delay = self._limiter.when(key)
         self._failed.add(key)
         self.add_after(key, delay)
@@ -200,6 +209,7 @@ class WorkQueue(Generic[K]):
         self._waiting.clear()
         self._queue.clear()
         self._dirty.clear()
+        self.metrics.shutdown()
         while self._getters:
             getter = self._getters.popleft()
             if not getter.done():

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
 
+from reflectors.forge.timefmt import rfc3339
 from vkbridge.kube.cache import Cache, EventType, object_key
 from vkbridge.kube.client import ApiError, KubeClient, is_transport_failure
 from vkbridge.logs import get_logger
@@ -47,10 +48,6 @@ _CONCURRENCY: Final = 8
 _TOLD_MAX: Final = 1024  # bad figures remembered as already logged (then forgotten, and logged again)
 
 Obj = dict[str, Any]
-
-
-def _rfc3339(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 BadFigure = Callable[[str, str, str], None]  # (pod "ns/name", container, what was wrong)
@@ -181,7 +178,7 @@ def build_summary(
     does not parse is left out (the rest of the Summary stands) and told to ``bad_figure``. With
     ``counters``, CPU also carries the cumulative ``usageCoreNanoSeconds`` (``CpuCounters``).
     """
-    node: Obj = {"nodeName": node_name, "startTime": _rfc3339(start_time)}
+    node: Obj = {"nodeName": node_name, "startTime": rfc3339(start_time)}
     out_pods: list[Obj] = []
     node_cpu = node_mem = 0
     have_usage = False
@@ -198,7 +195,7 @@ def build_summary(
         containers: dict[str, Obj] = {c: {"name": c, "startTime": t} for c, t in container_start.items()}
         pm = metrics.get((ns, name))
         if pm is not None:
-            when = str(pm.get("timestamp") or _rfc3339(now))
+            when = str(pm.get("timestamp") or rfc3339(now))
             at, window = _epoch(when), go_duration(str(pm.get("window") or "")) or 0.0
             pod_cpu = pod_mem = pod_cum = 0
             for c in pm.get("containers") or []:
@@ -221,7 +218,7 @@ def build_summary(
         counters.retain(present)
     if have_usage:
         node.update(
-            _cpu_mem(_rfc3339(now), node_cpu, node_mem, None if counters is None else counters.node_total)
+            _cpu_mem(rfc3339(now), node_cpu, node_mem, None if counters is None else counters.node_total)
         )
     return {"node": node, "pods": out_pods}
 

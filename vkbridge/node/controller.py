@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from vkbridge.grant import grant_of
 from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import NODES, ApiError, KubeClient
@@ -23,21 +24,6 @@ from vkbridge.node.lease import micro_time
 log = get_logger("vkbridge.node")
 
 STATUS_FIELD_MANAGER = "vkbridge"
-
-
-def grant_of(
-    resource_slice: Mapping[str, Any] | None, virtual_node: Mapping[str, Any] | None
-) -> dict[str, str]:
-    """The grant: what the pool granted (ResourceSlice status), else the VirtualNode's copy of it.
-
-    The pool enforces `ResourceSlice.status.resources`; Liqo copies it into
-    `VirtualNode.spec.resourceQuota.hard`, which can lag. We trust the source and fall back to the copy.
-    """
-    granted = ((resource_slice or {}).get("status") or {}).get("resources") or {}
-    if granted:
-        return {str(k): str(v) for k, v in granted.items()}
-    hard = (((virtual_node or {}).get("spec") or {}).get("resourceQuota") or {}).get("hard") or {}
-    return {str(k): str(v) for k, v in hard.items()}
 
 
 class NodeController:

@@ -11,6 +11,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+from reflectors.forge.timefmt import rfc3339_micro
 from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.client import ApiError, KubeClient
 from vkbridge.kube.reachability import Reachability
@@ -28,8 +29,7 @@ class LeaseConflict(Exception):
 
 def micro_time(now: dt.datetime | None = None) -> str:
     """MicroTime as the API server parses it (always six fractional digits and a Z)."""
-    now = now or dt.datetime.now(dt.UTC)
-    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339_micro(now or dt.datetime.now(dt.UTC))
 
 
 def lease_body(node_name: str, duration: int, node_uid: str | None, rv: str | None = None) -> dict[str, Any]:

@@ -10,7 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-NOT_ALLOWED_TAINT = {"key": "virtual-node.liqo.io/not-allowed", "value": "true", "effect": "NoExecute"}
+from reflectors.forge import constants as c
+
+NOT_ALLOWED_TAINT = {"key": c.VIRTUAL_NODE_TOLERATION_KEY, "value": "true", "effect": "NoExecute"}
 LAST_APPLIED_ANNOTATION = "vkbridge.multicloud.io/last-applied-node-metadata"
 BASE_RESOURCES = ("cpu", "memory")
 
@@ -36,8 +38,8 @@ def base_labels(node_name: str, remote_cluster_id: str) -> dict[str, str]:
         "kubernetes.io/role": "agent",
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
-        "liqo.io/type": "virtual-node",
-        "liqo.io/remote-cluster-id": remote_cluster_id,
+        c.TYPE_LABEL: c.TYPE_VIRTUAL_NODE,
+        c.REMOTE_CLUSTER_ID_LABEL: remote_cluster_id,
         "node.kubernetes.io/exclude-from-external-load-balancers": "true",
         "alpha.service-controller.kubernetes.io/exclude-balancer": "true",
     }
@@ -48,7 +50,7 @@ def desired_labels(inp: NodeInputs) -> dict[str, str]:
     labels.update(inp.extra_labels)
     spec = (inp.virtual_node or {}).get("spec") or {}
     labels.update(spec.get("labels") or {})
-    labels["storage.liqo.io/available"] = "true" if spec.get("storageClasses") else "false"
+    labels[c.STORAGE_AVAILABLE_LABEL] = "true" if spec.get("storageClasses") else "false"
     return labels
 
 

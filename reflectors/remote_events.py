@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from reflectors.context import ReflectionContext
 from reflectors.forge import constants as c
-from reflectors.forge.events import MUTABLE_FIELDS, REMOTE_SUFFIX, event_needs_update, forge_local_event
+from reflectors.forge.events import copy_fields, event_needs_update, event_patch, local_event, spam_key
 from reflectors.forge.labels import is_reflected, reflected_label_selector
 from reflectors.forge.pods import KubeObj, ReadObj, name_of, uid_of
+from reflectors.generic import Pair, PairReflector, TaskFactory
 from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.cache import Cache, EventType
 from vkbridge.kube.client import EVENTS, ApiError
@@ -33,25 +34,13 @@ from vkbridge.kube.ratelimit import Clock
 from vkbridge.kube.workqueue import RequeueAfter, WorkQueue, run_workers
 from vkbridge.logs import get_logger
 
-__all__ = [
-    "REMOTE_EVENT_SELECTOR",
-    "RemoteEventReflector",
-    "TaskFactory",
-    "copy_fields",
-    "event_patch",
-    "local_event",
-    "spam_key",
-]
+__all__ = ["REMOTE_EVENT_SELECTOR", "RemoteEventReflector"]
 
-log = get_logger("reflectors.events")
-
-TaskFactory = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
+log = get_logger("reflectors.remote_events")
 
 # Server-side filter: pod events only, and not the pool scheduler's "Scheduled" ones (see
 # forge.events.NOT_REFLECTED): neither decoded nor cached, half the events of a quiet pool.
 REMOTE_EVENT_SELECTOR = "involvedObject.kind=Pod,reason!=Scheduled"
-# What we remember of a local copy and send on update: the aggregated fields and the times moving with them.
-TRACKED_FIELDS = (*MUTABLE_FIELDS, "lastTimestamp", "eventTime")
 MAX_TRIES = 5
 RETRY_BASE = 1.0
 RETRY_CAP = 30.0
@@ -59,49 +48,7 @@ WARNING_INTERVAL = 10.0  # at most one failure warning per interval; the rest go
 SEED_PAGE = 500
 
 
-# ---------------------------------------------------------------------------------------------- pure
-
-
-def local_event(
-    remote_event: ReadObj, local_pod: ReadObj | None, *, local_id: str, remote_id: str, now: datetime
-) -> KubeObj | None:
-    """The local copy of a remote pod Event (see ``forge_local_event``), or None when it is not ours.
-
-    ``reportingComponent`` is suffixed like ``source.component`` on legacy Events only: an Event with an
-    ``eventTime`` (events.k8s.io style, e.g. the scheduler's) must carry a qualified name there, and the
-    API server rejects "default-scheduler (remote)" with 422.
-    """
-    event = forge_local_event(remote_event, local_pod, local_id=local_id, remote_id=remote_id, now=now)
-    if event is None:
-        return None
-    reporting = event.get("reportingComponent")
-    if reporting and not event.get("eventTime") and not str(reporting).endswith(REMOTE_SUFFIX):
-        event["reportingComponent"] = f"{reporting}{REMOTE_SUFFIX}"
-    return event
-
-
-def copy_fields(event: ReadObj) -> dict[str, Any]:
-    """The part of an Event that later updates compare and rewrite."""
-    return {k: event[k] for k in TRACKED_FIELDS if event.get(k) is not None}
-
-
-def event_patch(existing: Mapping[str, Any], desired: ReadObj) -> KubeObj:
-    """Merge patch taking ``existing`` (tracked fields) to ``desired``; firstTimestamp stays as it was."""
-    patch: KubeObj = {}
-    for key in TRACKED_FIELDS:
-        want = desired.get(key)
-        if want is not None:
-            if existing.get(key) != want:
-                patch[key] = want
-        elif existing.get(key) is not None:
-            patch[key] = None
-    return patch
-
-
-def spam_key(local_pod: ReadObj) -> tuple[str, str, str]:
-    """Per local pod (namespace, name, uid): a re-created pod starts with a full bucket, like client-go."""
-    meta = local_pod.get("metadata") or {}
-    return (str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", "")))
+# ---------------------------------------------------------------------------------------------- helpers
 
 
 def _namespace_terminating(err: ApiError) -> bool:
@@ -121,25 +68,28 @@ class _Copy:
     fields: dict[str, Any]
 
 
-@dataclass
-class EventPair:
+@dataclass(kw_only=True)
+class EventPair(Pair):
     """One reflected namespace pair, as far as Events go."""
 
-    local: str
-    remote: str
     cache: Cache
     copies: dict[str, _Copy] = field(default_factory=dict)  # event name -> our local copy
     by_pod: dict[str, set[str]] = field(default_factory=dict)  # pod name -> remote event names
     foreign: set[str] = field(default_factory=set)  # names taken locally by an Event that is not ours
-    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     ready: bool = False  # local copies seeded and the remote cache synced
+
+    def caches(self) -> list[Cache]:
+        return [self.cache]
 
 
 # ---------------------------------------------------------------------------------------------- reflector
 
 
-class RemoteEventReflector:
+class RemoteEventReflector(PairReflector[EventPair]):
     """Pool Events about our pods, copied onto the local pods (component suffixed " (remote)")."""
+
+    name = "events"
+    gates_pods = False  # never in the way of pod reflection
 
     def __init__(
         self,
@@ -154,12 +104,12 @@ class RemoteEventReflector:
         max_tries: int = MAX_TRIES,
         retry_backoff: Callable[[], Backoff] = lambda: Backoff(RETRY_BASE, RETRY_CAP),
     ) -> None:
+        super().__init__()
         self.ctx = ctx
         self.local_pods = local_pods
         self.workers = max(0, workers)
         self.inactivity_timeout = inactivity_timeout
-        self.queue: WorkQueue[str] = WorkQueue("events")
-        self.pairs: dict[str, EventPair] = {}
+        self.queue: WorkQueue[str] = WorkQueue("events", metrics=ctx.metrics.workqueue("events"))
         self.dropped = 0  # writes the spam filter refused
         self.failed = 0  # events given up after MAX_TRIES (or a permanent refusal)
         self._clock = clock
@@ -193,10 +143,10 @@ class RemoteEventReflector:
 
     def start_pair(self, local: str, remote: str, task_factory: TaskFactory) -> None:
         """Start reflecting Events of ``remote`` onto ``local``; tasks are created with ``task_factory``."""
-        if not self.enabled:
-            return
-        if local in self.pairs:
-            self.stop_pair(local)
+        if self.enabled:
+            super().start_pair(local, remote, task_factory)
+
+    def _new_pair(self, local: str, remote: str) -> EventPair:
         cache = Cache(
             self.ctx.pool,
             EVENTS,
@@ -207,23 +157,11 @@ class RemoteEventReflector:
         )
         pair = EventPair(local=local, remote=remote, cache=cache)
         cache.subscribe(lambda t, old, new: self._on_remote(pair, t, old, new))
-        self.pairs[local] = pair
-        for coro, name in (
-            (cache.run(), f"cache-{cache.name}"),
-            (self._prepare(pair), f"events-sync-{local}"),
-        ):
-            task = task_factory(coro)
-            task.set_name(name)
-            pair.tasks.append(task)
+        return pair
 
-    def stop_pair(self, local: str) -> None:
-        """Stop the pair's cache; local copies are left to expire with the Event TTL, as Liqo does."""
-        pair = self.pairs.pop(local, None)
-        if pair is None:
-            return
-        for task in pair.tasks:
-            task.cancel()
-        prefix = local + "/"
+    def _forget_pair(self, pair: EventPair) -> None:
+        """Local copies are left to expire with the Event TTL, as Liqo does."""
+        prefix = pair.local + "/"
         for key in [k for k in self._failures if k.startswith(prefix)]:
             del self._failures[key]
 
@@ -460,5 +398,4 @@ class RemoteEventReflector:
 
     def _on_result(self, key: str, _ok: bool, _duration: float) -> None:
         if key in self._failures:
-            self.ctx.metrics.queue_retries.labels(queue="events").inc()
-        self.ctx.metrics.queue_depth.labels(queue="events").set(len(self.queue))
+            self.queue.metrics.retry()  # a failure, retried by RequeueAfter: the queue cannot tell

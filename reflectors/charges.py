@@ -1,0 +1,115 @@
+"""The pod reflector's charges in the grant ledger: at most one per pod name, keyed by the local pod's UID.
+
+`vkbridge.grant.Admission` counts opaque keys and keeps the wait-list; this keeps which local pod key holds
+which charge, so a same-name replacement never inherits its predecessor's charge, and makes the ledger hold
+what the pool holds for every ShadowPod it shows (restart safety, invariant 6). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+from reflectors.forge import constants as c
+from reflectors.forge import pods as fp
+from vkbridge.grant import Admission, Decision, spec_requests
+from vkbridge.logs import get_logger
+
+log = get_logger("reflectors.pods")
+
+
+def holds_share(
+    local: Mapping[str, Any] | None, shadow: Mapping[str, Any] | None, remote: Mapping[str, Any] | None
+) -> bool:
+    """Does the pool count this pod against the grant, so must we? While its ShadowPod lives, even when the
+    local pod is gone (until we delete it). A finished pod (Succeeded/Failed at home, on its ShadowPod or its
+    remote pod) holds no share (invariant 6, liqo#3137), nor does a ShadowPod being deleted (the provider's
+    quota frees it on DELETE). The same rule at start-up and at run time: a restart changes no charge."""
+    if shadow is None or fp.is_terminating(shadow) or fp.is_terminal(shadow):
+        return False
+    return not (
+        (local is not None and fp.is_terminal(local)) or (remote is not None and fp.is_terminal(remote))
+    )
+
+
+class PodCharges:
+    """Which local pod holds which charge; the pod reflector's one way into the ledger."""
+
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+        # local pod key -> its ledger key: the UID of the local pod its ShadowPod was made for.
+        self.charged: dict[str, str] = {}
+
+    def admit(self, key: str, local: Mapping[str, Any], requests: Mapping[str, Fraction]) -> Decision:
+        """Admit the local pod under its UID, or put it on the wait-list. A same-name predecessor's charge
+        goes first (we only get here when no ShadowPod of that name is left: the pool holds none for it)."""
+        charge_key = fp.uid_of(local) or key
+        held = self.charged.get(key)
+        if held is not None and held != charge_key:
+            self.release(key)
+        decision = self.admission.admit(charge_key, requests)
+        if decision.ok:
+            self.charged[key] = charge_key
+            self.admission.stop_waiting(key)
+        else:
+            self.admission.wait(key, fp.meta(local).get("creationTimestamp") or "")
+        return decision
+
+    def account(
+        self,
+        key: str,
+        local: Mapping[str, Any] | None,
+        shadow: Mapping[str, Any],
+        remote: Mapping[str, Any] | None,
+    ) -> None:
+        """Make the ledger hold what the pool holds for an existing ShadowPod: its charge, fit or not
+        (after a restart, or after the grant shrank), or nothing once the pod finished or the ShadowPod
+        is being deleted (`holds_share`). Called on every ShadowPod event and every handle."""
+        if not holds_share(local, shadow, remote):
+            self.release(key)
+            return
+        charge_key = self._charge_key(key, local, shadow)
+        held = self.charged.get(key)
+        if held == charge_key and self.admission.is_admitted(charge_key):
+            return
+        if held is not None:
+            self.release(key)  # the ShadowPod of that name is another pod's now: one charge per name
+        spec = (shadow.get("spec") or {}).get("pod") or {}
+        try:
+            overhead = fp.spec_of(local).get("overhead") if local is not None else None
+            requests = spec_requests(spec, overhead=overhead, where="spec.pod")
+        except ValueError as err:  # QuantityError: the pool accepted it, so count what we can read
+            log.warning("ShadowPod requests unreadable: charged nothing", pod=key, error=str(err)[:200])
+            return
+        self.admission.force_charge(charge_key, requests)
+        self.charged[key] = charge_key
+
+    @staticmethod
+    def _charge_key(key: str, local: Mapping[str, Any] | None, shadow: Mapping[str, Any]) -> str:
+        """The UID the ShadowPod records; else (made by Liqo's VK or an older vkbridge) the UID of the local
+        pod of that name; else (no such pod: the ShadowPod is deleted next) the name."""
+        recorded = fp.annotations_of(shadow).get(c.LOCAL_POD_UID_ANNOTATION)
+        return str(recorded or fp.uid_of(local) or key)
+
+    def release_gone(self, key: str, shadow: Mapping[str, Any] | None) -> None:
+        """The ShadowPod left the pool: its share goes, unless the charge is a newer pod's already."""
+        recorded = fp.annotations_of(shadow).get(c.LOCAL_POD_UID_ANNOTATION)
+        if recorded and self.charged.get(key) not in (None, recorded):
+            return
+        self.release(key)
+
+    def release_namespace(self, namespace: str) -> None:
+        """The namespace is no longer paired: its ShadowPods are out of our sight, their charges go, and its
+        pods wait for a pair now, not for the grant."""
+        prefix = namespace + "/"
+        for key in [k for k in self.charged if k.startswith(prefix)]:
+            self.release(key)
+        self.admission.stop_waiting_under(prefix)
+
+    def release(self, key: str) -> None:
+        """Free the pod's charge, if any; either way it no longer waits for the grant."""
+        self.admission.stop_waiting(key)
+        charge_key = self.charged.pop(key, None)
+        if charge_key is not None:
+            self.admission.release(charge_key)
