@@ -315,3 +315,25 @@ def test_brace_expansion() -> None:
         "--service-reflection-type",
         "--ingress-reflection-type",
     ]
+
+
+def _tour() -> str:
+    return _section(_text(DOCS / "architecture.md"), "## A newcomer's tour")
+
+
+def test_the_newcomers_tour_names_files_and_symbols_that_exist() -> None:
+    """The tour is how a newcomer finds a behaviour: every file it names exists, and every bare name it
+    gives (a class, a function, `Class.attribute`) is defined in the code."""
+    tour = _tour()
+    assert tour.count("\n|") >= 10, "the tour lists at least the ten most common changes"
+    code = "\n".join(p.read_text() for p in _code_files())
+    missing = []
+    for span in _spans(tour):
+        if "/" in span or re.search(r"\.(py|md|json|yaml)$", span):
+            if not (REPO / span.split(" ")[0]).exists():
+                missing.append(span)
+        elif re.fullmatch(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)?", span):
+            name = span.split(".")[-1]
+            if not re.search(rf"\b(class|def)\s+{name}\b|\bself\.{name}\b", code):
+                missing.append(span)
+    assert not missing, f"named in the tour but not found: {missing}"
