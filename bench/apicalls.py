@@ -2,14 +2,17 @@
 context, for the deletion): `apiserver_request_total` diffed before/after, split by verb and resource.
 
 That metric has no client label, so the API servers also write an audit log (level Metadata) in this
-benchmark: each request's user agent tells vkbridge ("vkbridge/...") from the pool emulator (aiohttp's
+benchmark: each request's user agent tells the VK (vkbridge's "vkbridge/...", Liqo's client-go default
+"virtual-kubelet/...") from the pool emulator (aiohttp's
 default agent), the fake kubelets ("vkbridge-fakekubelet/..."), the scheduler, the controller-manager
 (one agent per controller) and the bench itself. A vanilla run (the same Deployment on the pool alone)
 gives the baseline every pod costs anyway.
 
     python -m bench.apicalls [--pods 500] [--no-vanilla] [--no-delete]
 
-Target (DESIGN §5): <= 3 writes per reflected pod (create to Running) — by vkbridge.
+    python -m bench.apicalls --impl liqo     # the same against Liqo v1.2's own virtual kubelet
+
+Target (DESIGN §5): <= 3 writes per reflected pod (create to Running) — by the VK.
 """
 
 from __future__ import annotations
@@ -20,26 +23,17 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    TARGETS,
-    FirstSeen,
-    Testbed,
-    TestbedOptions,
-    apiserver_requests,
-    common_args,
-    deployment,
-    loadavg,
-    nodes_for,
-    say,
-    table,
-    wait_for,
-    watch_phase,
-    write_results,
-)
+from bench.harness import common_args, nodes_for, testbed_for
+from bench.kubeapi import FirstSeen, wait_for, watch_phase
+from bench.load import deployment
+from bench.measure import loadavg
+from bench.report import TARGETS, say, table, write_results
+from bench.scrape import apiserver_requests
+from bench.testbed import Testbed
 from e2e.fixtures_pool import SLUG
 
 WRITE_VERBS_METRIC = {"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"}
@@ -85,8 +79,8 @@ def actor(user: str, agent: str) -> str:
         return "fake-kubelet"
     if a.startswith("vkbridge-bench") or a.startswith("Python-urllib"):
         return "bench"
-    if a.startswith("vkbridge/"):
-        return "vkbridge"
+    if a.startswith(("vkbridge/", "virtual-kubelet")):
+        return "vk"
     if a.startswith("Python/") and "aiohttp" in a:
         return "emulator"
     if a.startswith("kube-controller-manager"):
@@ -110,8 +104,11 @@ class AuditReader:
     def mark(self) -> None:
         self.offset = self.path.stat().st_size if self.path.exists() else 0
 
-    def read(self, since: dt.datetime) -> Counter[tuple[str, str, str]]:
-        """(actor, verb, resource[/subresource]) -> requests received at or after `since`."""
+    def read(
+        self, since: dt.datetime, namespaces: Collection[str] | None = None
+    ) -> Counter[tuple[str, str, str]]:
+        """(actor, verb, resource[/subresource]) -> requests received at or after `since`; with
+        `namespaces`, only requests on objects in those (the differential suite's per-pod count)."""
         out: Counter[tuple[str, str, str]] = Counter()
         seen: set[str] = set()
         with self.path.open("rb") as f:
@@ -132,6 +129,8 @@ class AuditReader:
                 except ValueError:
                     pass
                 ref = ev.get("objectRef") or {}
+                if namespaces is not None and ref.get("namespace") not in namespaces:
+                    continue
                 res = ref.get("resource") or "(non-resource)"
                 if ref.get("subresource"):
                     res += "/" + ref["subresource"]
@@ -191,25 +190,25 @@ def summarize(win: dict[str, Any], n: int) -> dict[str, Any]:
         m: Counter[tuple[str, str]] = d["metric"]
         a: Counter[tuple[str, str, str]] = d["audit"]
         w, r = split_rw(m, WRITE_VERBS_METRIC, READ_VERBS_METRIC)
-        vk_w = sum(v for (x, verb, _), v in a.items() if x == "vkbridge" and verb in WRITE_VERBS_AUDIT)
+        vk_w = sum(v for (x, verb, _), v in a.items() if x == "vk" and verb in WRITE_VERBS_AUDIT)
         vk_pod_w = sum(
             v
             for (x, verb, rs), v in a.items()
-            if x == "vkbridge" and verb in WRITE_VERBS_AUDIT and rs in POD_RESOURCES
+            if x == "vk" and verb in WRITE_VERBS_AUDIT and rs in POD_RESOURCES
         )
-        vk_r = sum(v for (x, verb, _), v in a.items() if x == "vkbridge" and verb in READ_VERBS_AUDIT)
+        vk_r = sum(v for (x, verb, _), v in a.items() if x == "vk" and verb in READ_VERBS_AUDIT)
         res[server] = {
             "everyone_writes": w,
             "everyone_reads": r,
             "everyone_writes_per_pod": round(w / n, 3),
             "everyone_reads_per_pod": round(r / n, 3),
-            "vkbridge_writes": vk_w,
-            "vkbridge_writes_per_pod": round(vk_w / n, 3),
-            "vkbridge_pod_writes_per_pod": round(vk_pod_w / n, 3),
-            "vkbridge_reads_per_pod": round(vk_r / n, 3),
+            "vk_writes": vk_w,
+            "vk_writes_per_pod": round(vk_w / n, 3),
+            "vk_pod_writes_per_pod": round(vk_pod_w / n, 3),
+            "vk_reads_per_pod": round(vk_r / n, 3),
             "metric_by_verb_resource": {f"{v} {rs}": c for (v, rs), c in sorted(m.items())},
             "audit_by_actor": by_actor(a, n),
-            "vkbridge_by_verb_resource": verbs_of(a, "vkbridge", n),
+            "vk_by_verb_resource": verbs_of(a, "vk", n),
         }
     return res
 
@@ -228,8 +227,8 @@ def print_window(title: str, s: dict[str, Any], n: int) -> None:
     print("\nby client (audit log):")
     rows = [[server, *row] for server, d in s.items() for row in d["audit_by_actor"]]
     print(table(["server", "client", "writes", "writes/pod", "reads", "reads/pod"], rows))
-    print("\nvkbridge's own requests (audit log):")
-    rows = [[server, *row] for server, d in s.items() for row in d["vkbridge_by_verb_resource"]]
+    print("\nthe VK's own requests (audit log):")
+    rows = [[server, *row] for server, d in s.items() for row in d["vk_by_verb_resource"]]
     print(table(["server", "verb", "resource", "requests", "per pod"], rows))
 
 
@@ -281,11 +280,11 @@ def run_reflected(tb: Testbed, n: int, settle: float, with_delete: bool) -> dict
         time.sleep(settle)
         out["delete"] = summarize(win.stop(), n)
     out["running_after_s"] = round(t_running, 1)
-    tb.delete_namespace(tb.consumer, ns)
+    tb.delete_namespace(tb.consumer, ns, wait=False)
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.apicalls", description=__doc__.splitlines()[0])
     ap.add_argument("--pods", type=int, default=500)
     ap.add_argument("--settle", type=float, default=10.0, help="seconds counted after all are Running")
@@ -294,27 +293,29 @@ def main(argv: list[str] | None = None) -> int:
     common_args(ap)
     args = ap.parse_args(argv)
     n = args.pods
-    opts = TestbedOptions(
-        nodes=nodes_for(n), audit=True, workdir=args.workdir, keep=args.keep, vk_args=args.vk_arg,
-        pod_workers=args.pod_workers,
-    )  # fmt: skip
+    if args.impl == "vanilla":
+        ap.error("apicalls counts a VK's requests: --impl vkbridge or liqo (vanilla runs as the baseline)")
+    if tb is not None and not tb.audit_logs:
+        raise ValueError("bench.apicalls needs a testbed with audit logs (TestbedOptions(audit=True))")
     result: dict[str, Any] = {"args": vars(args) | {"workdir": str(args.workdir)}, "pods": n}
-    with Testbed(opts) as tb:
+    with testbed_for(args, tb, nodes_for(n), audit=True) as tb:
+        result.update(tb.describe())
         result["loadavg_before"] = loadavg()
         if not args.no_vanilla:
             say(f"vanilla: {n} pods on the pool alone")
             result["vanilla"] = run_vanilla(tb, n, args.settle)
             print_window("vanilla, create to Running", result["vanilla"], n)
-        say(f"reflected: {n} pods through vkbridge")
+        say(f"reflected: {n} pods through {args.impl}")
         refl = run_reflected(tb, n, args.settle, not args.no_delete)
         result["reflected"] = refl
         result["loadavg_after"] = loadavg()
-    print_window("through vkbridge, create to Running", refl["create_to_running"], n)
+        result["vk_error_lines"] = tb.vk_error_lines()
+    print_window(f"through {args.impl}, create to Running", refl["create_to_running"], n)
     if "delete" in refl:
-        print_window("through vkbridge, delete to gone", refl["delete"], n)
+        print_window(f"through {args.impl}, delete to gone", refl["delete"], n)
     c = refl["create_to_running"]
-    vk_writes = c["consumer"]["vkbridge_writes_per_pod"] + c["pool"]["vkbridge_writes_per_pod"]
-    vk_pod_writes = c["consumer"]["vkbridge_pod_writes_per_pod"] + c["pool"]["vkbridge_pod_writes_per_pod"]
+    vk_writes = c["consumer"]["vk_writes_per_pod"] + c["pool"]["vk_writes_per_pod"]
+    vk_pod_writes = c["consumer"]["vk_pod_writes_per_pod"] + c["pool"]["vk_pod_writes_per_pod"]
     all_writes = c["consumer"]["everyone_writes_per_pod"] + c["pool"]["everyone_writes_per_pod"]
     van = result.get("vanilla", {}).get("pool", {}).get("everyone_writes_per_pod")
     target = TARGETS["writes_per_pod"]
@@ -323,20 +324,22 @@ def main(argv: list[str] | None = None) -> int:
         table(
             ["writes per pod, create to Running", "value"],
             [
-                ["vkbridge, both servers (all its writes)", round(vk_writes, 3)],
-                ["vkbridge, pod-related (pods, status, shadowpods, events)", round(vk_pod_writes, 3)],
+                [f"{args.impl}, both servers (all its writes)", round(vk_writes, 3)],
+                [f"{args.impl}, pod-related (pods, status, shadowpods, events)", round(vk_pod_writes, 3)],
                 ["everyone, both servers (reflected)", round(all_writes, 3)],
                 ["everyone, pool only (vanilla baseline)", van],
             ],
         )
     )
     # The target counts what a pod costs; the node Lease and status heartbeats cost per second, not per
-    # pod (they are the difference between the two vkbridge rows and shrink as the burst grows).
+    # pod (they are the difference between the two VK rows and shrink as the burst grows).
     met = vk_pod_writes <= target
-    print(f"target <= {target:g} pod-related writes per pod by vkbridge: {'MET' if met else 'MISSED'}")
+    print(f"target <= {target:g} pod-related writes per pod by {args.impl}: {'MET' if met else 'MISSED'}")
+    iso = "yes" if result.get("isolated") else "no"
+    print(f"{args.impl} isolated={iso}, load {result['loadavg_before']} -> {result['loadavg_after']}")
     result["headline"] = {
-        "vkbridge_writes_per_pod": round(vk_writes, 3),
-        "vkbridge_pod_writes_per_pod": round(vk_pod_writes, 3),
+        "vk_writes_per_pod": round(vk_writes, 3),
+        "vk_pod_writes_per_pod": round(vk_pod_writes, 3),
         "everyone_writes_per_pod_reflected": round(all_writes, 3),
         "everyone_writes_per_pod_vanilla": van,
         "target": target,

@@ -1,7 +1,10 @@
 """Burst: a Deployment of N pods scaled at once; time from creation to all Running in the consumer
-through vkbridge, against "vanilla": the same Deployment applied directly on the pool.
+through the VK under test, against "vanilla": the same Deployment applied directly on the pool.
 
-    python -m bench.burst --sizes 100,1000,5000 [--repeat 1] [--order vanilla-first] [--profile]
+    python -m bench.burst --sizes 100,1000,5000 [--repeat 1] [--order vanilla-first] [--impl vkbridge|liqo]
+
+Both paths are paced by kube-controller-manager's ReplicaSet controller (~20 pods/s): for a burst that is
+not, see bench.flood.
 
 Target (DESIGN §5): ratio <= 1.15 at 1,000 pods.
 """
@@ -14,29 +17,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    TARGETS,
-    FirstSeen,
-    PySpy,
-    Testbed,
-    TestbedOptions,
-    common_args,
-    cpu_delta,
-    deployment,
-    loadavg,
-    nodes_for,
-    percentile,
-    say,
-    sched_delta,
-    table,
-    top_frames,
-    vk_counters,
-    vk_metrics_text,
-    wait_for,
-    watch_phase,
-    watch_reflection,
-    write_results,
-)
+from bench.harness import common_args, drain, nodes_for, testbed_for, watch_reflection
+from bench.kubeapi import FirstSeen, wait_for, watch_phase
+from bench.load import deployment
+from bench.measure import cpu_delta, loadavg, percentile, sched_delta
+from bench.pyspy import PySpy, top_frames
+from bench.report import TARGETS, say, table, write_results, yes_no
+from bench.scrape import vk_counters, vk_metrics_text
+from bench.testbed import Testbed
 from e2e.fixtures_pool import SLUG
 
 
@@ -67,7 +55,8 @@ def run_vanilla(tb: Testbed, n: int, tag: str, timeout: float) -> dict[str, Any]
     sched = sched_delta(sched0, tb.sched_snapshot())
     watch.cancel()
     say(f"vanilla N={n}: {_secs(elapsed)}; cleaning up")
-    cleanup = tb.delete_namespace(tb.pool, ns)
+    cleanup = drain(tb, tb.pool, ns, None, deployment="burst")
+    tb.delete_namespace(tb.pool, ns, wait=False)
     return {
         "mode": "vanilla",
         "n": n,
@@ -77,11 +66,11 @@ def run_vanilla(tb: Testbed, n: int, tag: str, timeout: float) -> dict[str, Any]
         "cpu_seconds": cpu,
         "cpu_seconds_total": round(sum(cpu.values()), 1),
         "sched": sched,
-        "cleanup_seconds": round(cleanup, 1),
+        "cleanup_seconds": cleanup,
     }
 
 
-def run_vkbridge(tb: Testbed, n: int, tag: str, timeout: float, profile_dir: Path | None) -> dict[str, Any]:
+def run_reflected(tb: Testbed, n: int, tag: str, timeout: float, profile_dir: Path | None) -> dict[str, Any]:
     ns = f"burst-{n}-{tag}"
     remote = tb.offloaded_namespace(ns)
     running, bound = FirstSeen(), FirstSeen()
@@ -110,7 +99,7 @@ def run_vkbridge(tb: Testbed, n: int, tag: str, timeout: float, profile_dir: Pat
             profile = {"file": str(raw), **top_frames(raw, 25)}
     for w in watches:
         w.cancel()
-    say(f"vkbridge N={n}: {_secs(elapsed)}; cleaning up")
+    say(f"{tb.opts.impl} N={n}: {_secs(elapsed)}; cleaning up")
     t_clean = time.monotonic()
     tb.run(tb.api("consumer").request("DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments/burst"))
     try:
@@ -121,10 +110,10 @@ def run_vkbridge(tb: Testbed, n: int, tag: str, timeout: float, profile_dir: Pat
         pods_gone = round(time.monotonic() - t_clean, 1)
     except TimeoutError:
         pods_gone = None
-    tb.delete_namespace(tb.consumer, ns)
-    vk_cpu = cpu.get("vkbridge", 0.0)
+    tb.delete_namespace(tb.consumer, ns, wait=False)
+    vk_cpu = cpu.get("vk", 0.0)
     return {
-        "mode": "vkbridge",
+        "mode": "reflected",
         "n": n,
         "seconds": None if elapsed is None else round(elapsed, 2),
         "running": len(running),
@@ -159,39 +148,41 @@ def _wait_all(seen: FirstSeen, n: int, timeout: float, what: str) -> bool:
         return False
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.burst", description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="100,1000,5000", help="comma-separated burst sizes")
     ap.add_argument("--repeat", type=int, default=1, help="runs per size and mode")
-    ap.add_argument("--order", choices=("vanilla-first", "vkbridge-first"), default="vanilla-first")
+    ap.add_argument("--order", choices=("vanilla-first", "reflected-first"), default="vanilla-first")
     ap.add_argument("--timeout-per-pod", type=float, default=0.5, help="seconds per pod (at least 300 s)")
     common_args(ap)
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    opts = TestbedOptions(
-        nodes=nodes_for(max(sizes)), workdir=args.workdir, keep=args.keep, vk_args=args.vk_arg,
-        pod_workers=args.pod_workers,
-    )  # fmt: skip
+    if args.impl == "vanilla":
+        ap.error("burst compares a VK with vanilla: --impl vkbridge or liqo")
     runs: list[dict[str, Any]] = []
-    with Testbed(opts) as tb:
+    with testbed_for(args, tb, nodes_for(max(sizes))) as tb:
+        run = tb.describe()
         profile_dir = (tb.work.parent / "bench-profiles") if args.profile and PySpy.available() else None
         for n in sizes:
             timeout = max(300.0, n * args.timeout_per_pod)
             for rep in range(args.repeat):
                 tag = f"{rep}{int(time.time()) % 100000}"
-                modes = ["vanilla", "vkbridge"] if args.order == "vanilla-first" else ["vkbridge", "vanilla"]
+                modes = (
+                    ["vanilla", "reflected"] if args.order == "vanilla-first" else ["reflected", "vanilla"]
+                )
                 for mode in modes:
                     load = loadavg()
                     say(f"burst N={n} rep {rep + 1}/{args.repeat}: {mode}")
                     if mode == "vanilla":
                         r = run_vanilla(tb, n, tag, timeout)
                     else:
-                        r = run_vkbridge(tb, n, tag, timeout, profile_dir)
+                        r = run_reflected(tb, n, tag, timeout, profile_dir)
                     r["rep"] = rep
                     r["loadavg_before"] = load
+                    r["loadavg_after"] = loadavg()
                     runs.append(r)
         vk_log = tb.vk.log_path if tb.vk else None
-        errors = tb.vk.log_text().count(" ERROR ") if tb.vk else 0
+        errors = tb.vk_error_lines()
     summary = summarize(runs, sizes)
     at_1000 = next((s["ratio"] for s in summary if s["n"] == 1000), None)
     verdict = None if at_1000 is None else at_1000 <= TARGETS["burst_ratio_at_1000"]
@@ -199,11 +190,12 @@ def main(argv: list[str] | None = None) -> int:
         "burst",
         {
             "args": vars(args) | {"workdir": str(args.workdir)},
+            **run,
             "summary": summary,
             "runs": runs,
             "target": {"ratio_at_1000_max": TARGETS["burst_ratio_at_1000"], "met": verdict},
-            "vkbridge_log": str(vk_log),
-            "vkbridge_error_lines": errors,
+            "vk_log": str(vk_log),
+            "vk_error_lines": errors,
         },
     )
     print()
@@ -212,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             [
                 "N",
                 "vanilla s",
-                "vkbridge s",
+                f"{run['impl']} s",
                 "ratio",
                 "vk t50 s",
                 "vk t90 s",
@@ -224,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                 [
                     s["n"],
                     s["vanilla_s"],
-                    s["vkbridge_s"],
+                    s["vk_s"],
                     s["ratio"],
                     s["vk_t50_s"],
                     s["vk_t90_s"],
@@ -237,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     print(f"\ntarget ratio <= {TARGETS['burst_ratio_at_1000']} at N=1000: {_verdict(verdict)}")
+    print(f"{run['impl']} isolated={yes_no(run['isolated'])}, {errors} error lines in its log")
     print(f"results: {path}")
     return 0
 
@@ -245,7 +238,7 @@ def summarize(runs: list[dict[str, Any]], sizes: list[int]) -> list[dict[str, An
     out = []
     for n in sizes:
         van = [r["seconds"] for r in runs if r["n"] == n and r["mode"] == "vanilla" and r["seconds"]]
-        vk = [r for r in runs if r["n"] == n and r["mode"] == "vkbridge"]
+        vk = [r for r in runs if r["n"] == n and r["mode"] == "reflected"]
         vks = [r["seconds"] for r in vk if r["seconds"]]
         v_med, k_med = percentile(van, 50), percentile(vks, 50)
         best = vk[0] if vk else {}
@@ -253,12 +246,14 @@ def summarize(runs: list[dict[str, Any]], sizes: list[int]) -> list[dict[str, An
             {
                 "n": n,
                 "vanilla_s": v_med,
-                "vkbridge_s": k_med,
+                "vk_s": k_med,
                 "ratio": round(k_med / v_med, 3) if v_med and k_med else None,
                 "vk_t50_s": (best.get("timeline") or {}).get("t50_s"),
                 "vk_t90_s": (best.get("timeline") or {}).get("t90_s"),
                 "vk_cpu_per_1000": best.get("vk_cpu_seconds_per_1000_pods"),
                 "load1": (best.get("loadavg_before") or [None])[0],
+                "loadavg_before": best.get("loadavg_before"),
+                "loadavg_after": best.get("loadavg_after"),
                 "vk_runqueue_wait_per_cpu_s": _wait_ratio(best),
             }
         )
@@ -266,8 +261,8 @@ def summarize(runs: list[dict[str, Any]], sizes: list[int]) -> list[dict[str, An
 
 
 def _wait_ratio(run: dict[str, Any]) -> float | None:
-    """Seconds vkbridge waited for a CPU per second it ran (0 on an idle machine)."""
-    s = (run.get("sched") or {}).get("vkbridge") or {}
+    """Seconds the VK waited for a CPU per second it ran (0 on an idle machine)."""
+    s = (run.get("sched") or {}).get("vk") or {}
     on, wait = s.get("on_cpu_s"), s.get("runqueue_wait_s")
     return round(wait / on, 1) if on and wait is not None else None
 

@@ -4,88 +4,30 @@ and the latency vkbridge adds per pod, from our own watches on both API servers:
 - outbound: local pod bound (spec.nodeName seen) -> ShadowPod ADDED on the pool;
 - inbound: remote pod Running -> local pod Running.
 
-    python -m bench.churn [--rate 20] [--duration 120] [--lifetime 30]
+    python -m bench.churn [--rate 20] [--duration 120] [--lifetime 30] [--impl vkbridge|liqo] [--isolate]
+    python -m bench.churn --quick        # 20 pods/s for 30 s
 
-Target (DESIGN §5): p99 <= 100 ms for both.
+Target (DESIGN §5): p99 <= 100 ms for both. The last line printed is always
+`churn p99 outbound <ms> ms inbound <ms> ms at <rate>/s isolated=<yes|no>`.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from bench.common import (
-    TARGETS,
-    Api,
-    ApiError,
-    FirstSeen,
-    PySpy,
-    Testbed,
-    TestbedOptions,
-    bare_pod,
-    common_args,
-    cpu_delta,
-    distribution_ms,
-    histogram_from_text,
-    loadavg,
-    nodes_for,
-    say,
-    sched_delta,
-    table,
-    top_frames,
-    vk_counters,
-    vk_log_outbound,
-    vk_metrics_text,
-    wait_for,
-    watch_reflection,
-    write_results,
-)
+from bench.harness import common_args, drain, nodes_for, testbed_for, watch_reflection
+from bench.kubeapi import FirstSeen, wait_for
+from bench.load import Creations, paced
+from bench.measure import cpu_delta, distribution_ms, loadavg, sched_delta
+from bench.pyspy import PySpy, top_frames
+from bench.report import TARGETS, churn_line, say, table, write_results, yes_no
+from bench.scrape import histogram_from_text, vk_counters, vk_log_outbound, vk_metrics_text
+from bench.testbed import Testbed
 from e2e.fixtures_pool import SLUG
-
-
-async def paced(
-    api: Api,
-    ns: str,
-    rate: float,
-    duration: float,
-    lifetime: float,
-    sent: dict[str, float],
-    errors: list[str],
-) -> None:
-    """Create `rate` pods per second on an absolute schedule (a slow answer never slows the pace);
-    delete each `lifetime` seconds after its creation (0: keep them)."""
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    total = int(rate * duration)
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def create(name: str) -> None:
-        sent[name] = time.monotonic()
-        try:
-            await api.request("POST", f"/api/v1/namespaces/{ns}/pods", bare_pod(name, SLUG))
-        except (ApiError, OSError, TimeoutError) as err:
-            errors.append(f"create {name}: {err}")
-
-    async def delete_later(name: str, at: float) -> None:
-        await asyncio.sleep(max(0.0, at - loop.time()))
-        try:
-            await api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
-        except (ApiError, OSError, TimeoutError) as err:
-            errors.append(f"delete {name}: {err}")
-
-    for i in range(total):
-        at = start + i / rate
-        await asyncio.sleep(max(0.0, at - loop.time()))
-        name = f"churn-{i:05d}"
-        for coro in [create(name)] + ([delete_later(name, at + lifetime)] if lifetime > 0 else []):
-            t = asyncio.create_task(coro)
-            tasks.add(t)
-            t.add_done_callback(tasks.discard)
-    await asyncio.gather(*tasks)
 
 
 def latencies(a: Mapping[str, float], b: Mapping[str, float], names: set[str]) -> list[float]:
@@ -93,8 +35,9 @@ def latencies(a: Mapping[str, float], b: Mapping[str, float], names: set[str]) -
     return [b[n] - a[n] for n in names if n in a and n in b]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.churn", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="30 s of creation, lifetime 15 s, settle 30 s")
     ap.add_argument("--rate", type=float, default=20.0, help="pods created per second")
     ap.add_argument("--duration", type=float, default=120.0, help="seconds of creation")
     ap.add_argument(
@@ -103,17 +46,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle", type=float, default=60.0, help="max seconds to wait for the last pods")
     common_args(ap)
     args = ap.parse_args(argv)
+    if args.quick:
+        args.duration, args.lifetime, args.settle = 30.0, 15.0, 30.0
+    if args.impl == "vanilla":
+        ap.error("churn measures what a VK adds: --impl vkbridge or liqo")
     total = int(args.rate * args.duration)
     live = total if args.lifetime <= 0 else int(args.rate * args.lifetime) + 1
-    opts = TestbedOptions(
-        nodes=nodes_for(live), workdir=args.workdir, keep=args.keep, vk_args=args.vk_arg,
-        pod_workers=args.pod_workers,
-    )  # fmt: skip
-    sent: dict[str, float] = {}
-    errors: list[str] = []
+    made = Creations()
+    sent, errors = made.sent, made.errors
     bound, running, shadows, remote_running = FirstSeen(), FirstSeen(), FirstSeen(), FirstSeen()
-    with Testbed(opts) as tb:
+    with testbed_for(args, tb, nodes_for(live)) as tb:
         assert tb.vk is not None
+        run = tb.describe()
         ns = f"churn-{int(time.time()) % 100000}"
         remote = tb.offloaded_namespace(ns)
         watches = watch_reflection(tb, ns, remote, running, bound, shadows, remote_running)
@@ -125,11 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         say(f"churn: {args.rate:g} pods/s for {args.duration:g}s ({total} pods), lifetime {args.lifetime:g}s")
         t0 = time.monotonic()
         job = tb.loop.submit(
-            paced(tb.api("consumer"), ns, args.rate, args.duration, args.lifetime, sent, errors)
+            paced(tb.api("consumer"), ns, SLUG, args.rate, args.duration, args.lifetime, made)
         )
         wait_for(lambda: len(sent) >= total, args.duration + 60, "the creations to be sent", 0.5)
         created_in = time.monotonic() - t0
         load_mid = loadavg()
+        achieved, answered = made.achieved_rate(), made.answered_rate()
         # Every pod should reach Running before its deletion; give the tail a bounded wait.
         try:
             wait_for(lambda: len(running) >= total, args.settle, "the last pods to run at home", 0.5)
@@ -150,8 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             w.cancel()
         vk_outbound_log = vk_log_outbound(tb.vk.log_text(), ns)
         rss = tb.vk_rss_mb()
+        error_lines = tb.vk_error_lines()
+        run["vk_alive_at_end"] = tb.vk.alive() if tb.vk is not None else None
+        load_after = loadavg()
         say("cleaning up")
-        cleanup = tb.delete_namespace(tb.consumer, ns)
+        cleanup = drain(tb, tb.consumer, ns, remote)
+        tb.delete_namespace(tb.consumer, ns, wait=False)
     names = set(sent)
     outbound = latencies(bound.at, shadows.at, names)
     inbound = latencies(remote_running.at, running.at, names)
@@ -191,20 +140,25 @@ def main(argv: list[str] | None = None) -> int:
                 metrics_text, "vkbridge_reflection_latency_seconds", "direction", direction
             )
     else:
-        print("vkbridge /metrics did not answer: figures above come from the bench's own watches")
-    vk_cpu = cpu.get("vkbridge", 0.0)
+        print(f"{run['impl']} /metrics did not answer: figures above come from the bench's own watches")
+    vk_cpu = cpu.get("vk", 0.0)
     per_1000 = vk_cpu / max(1, len(sent)) * 1000
-    rate = len(sent) / created_in
-    print(f"created {len(sent)} pods in {created_in:.1f}s ({rate:.1f}/s), {len(errors)} errors")
-    print(f"vkbridge CPU {vk_cpu:.1f}s ({per_1000:.1f}s per 1,000 pods), RSS {rss} MB")
-    vs = sched.get("vkbridge", {})
+    print(f"created {len(sent)} pods in {created_in:.1f}s ({achieved} started/s, {answered} answered/s), "
+          f"{len(errors)} errors; {error_lines} error lines in the {run['impl']} log")  # fmt: skip
+    print(f"{run['impl']} CPU {vk_cpu:.1f}s ({per_1000:.1f}s per 1,000 pods), RSS {rss} MB")
+    vs = sched.get("vk", {})
     on_cpu, waited = vs.get("on_cpu_s"), vs.get("runqueue_wait_s")
-    print(f"load {load0} -> {load_mid}; vkbridge on a CPU {on_cpu}s, waiting for a CPU {waited}s")
+    print(f"load {load0} -> {load_mid} -> {load_after}; {run['impl']} on a CPU {on_cpu}s, waiting for one "
+          f"{waited}s; isolated={yes_no(run['isolated'])}")  # fmt: skip
     path = write_results(
         "churn",
         {
             "args": vars(args) | {"workdir": str(args.workdir)},
+            **run,
             "pods_created": len(sent),
+            "achieved_create_rate": achieved,
+            "answered_create_rate": answered,
+            "vk_error_lines": error_lines,
             "creation_seconds": round(created_in, 1),
             "errors": errors[:50],
             "error_count": len(errors),
@@ -218,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             "vk_rss_mb": rss,
             "loadavg_before": load0,
             "loadavg_during": load_mid,
-            "cleanup_seconds": round(cleanup, 1),
+            "loadavg_after": load_after,
+            "cleanup_seconds": cleanup,
             "profile": profile,
             "raw": {
                 "outbound_s": sorted(round(x, 4) for x in outbound),
@@ -226,7 +181,12 @@ def main(argv: list[str] | None = None) -> int:
             },
         },
     )
+    if run.get("vk_alive_at_end") is False:
+        print(f"{run['impl']} EXITED during the run: its figures are partial (see its log)")
     print(f"results: {path}")
+    out_p99 = rows["outbound: bound -> ShadowPod created (watch)"]["p99_ms"]
+    in_p99 = rows["inbound: remote Running -> local Running (watch)"]["p99_ms"]
+    print(churn_line(out_p99, in_p99, args.rate, run["isolated"]))
     return 0
 
 

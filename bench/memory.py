@@ -18,26 +18,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.common import (
-    TARGETS,
-    FirstSeen,
-    PySpy,
-    Testbed,
-    TestbedOptions,
-    TracedVkbridge,
-    common_args,
-    cpu_delta,
-    deployment,
-    loadavg,
-    nodes_for,
-    say,
-    sched_delta,
-    table,
-    top_frames,
-    wait_for,
-    watch_phase,
-    write_results,
-)
+from bench.harness import common_args, drain, nodes_for, testbed_for
+from bench.kubeapi import FirstSeen, wait_for, watch_phase
+from bench.load import deployment
+from bench.measure import cpu_delta, loadavg, sched_delta
+from bench.pyspy import PySpy, top_frames
+from bench.report import TARGETS, say, table, write_results, yes_no
+from bench.testbed import Testbed
+from bench.traced import TracedVkbridge
 from e2e.fixtures_pool import SLUG
 
 
@@ -45,7 +33,7 @@ def _at_least(seen: FirstSeen, n: int) -> Callable[[], bool]:
     return lambda: len(seen) >= n
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__.splitlines()[0])
     ap.add_argument("--steps", default="1000,5000,10000", help="reflected pod counts to measure at")
     ap.add_argument("--settle", type=float, default=20.0, help="seconds at each plateau before sampling")
@@ -57,15 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     common_args(ap)
     args = ap.parse_args(argv)
     steps = sorted(int(s) for s in args.steps.split(",") if s.strip())
-    opts = TestbedOptions(
-        nodes=nodes_for(steps[-1]), workdir=args.workdir, keep=args.keep, vk_args=args.vk_arg,
-        pod_workers=args.pod_workers, kcm_qps=args.kcm_qps or None, tracemalloc=args.tracemalloc,
-    )  # fmt: skip
+    if args.impl == "vanilla":
+        ap.error("memory measures a VK: --impl vkbridge or liqo")
+    if args.tracemalloc and args.impl != "vkbridge":
+        ap.error("--tracemalloc runs vkbridge (Python) only")
     rows: list[dict[str, Any]] = []
-    with Testbed(opts) as tb:
+    extra = {"kcm_qps": args.kcm_qps or None, "tracemalloc": args.tracemalloc}
+    with testbed_for(args, tb, nodes_for(steps[-1]), **extra) as tb:
         assert tb.vk is not None
+        run = tb.describe()
         ns = f"mem-{int(time.time()) % 100000}"
-        tb.offloaded_namespace(ns)
+        remote = tb.offloaded_namespace(ns)
         running = FirstSeen()
         watch_phase(tb.api("consumer"), tb.loop, f"/api/v1/namespaces/{ns}/pods", running)
         body = deployment("mem", 0, SLUG)
@@ -85,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"scaling to {step} reflected pods")
             spy = PySpy(tb.vk.pid, profile_dir / f"memory-{step}.txt").start() if args.profile else None
             cpu0, sched0 = tb.cpu_snapshot(), tb.sched_snapshot()
+            load0 = loadavg()
             t0 = time.monotonic()
             tb.run(
                 tb.api("consumer").request(
@@ -121,23 +112,27 @@ def main(argv: list[str] | None = None) -> int:
                 "seconds_to_reach": round(took, 1),
                 "vk_rss_mb": tb.vk_rss_mb(),
                 "vk_hwm_mb": tb.vk_hwm_mb(),
-                "vk_cpu_seconds": cpu.get("vkbridge", 0.0),
-                "vk_cpu_seconds_per_1000_pods": round(cpu.get("vkbridge", 0.0) / added * 1000, 2),
+                "vk_cpu_seconds": cpu.get("vk", 0.0),
+                "vk_cpu_seconds_per_1000_pods": round(cpu.get("vk", 0.0) / added * 1000, 2),
                 "vk_cpu_cores_at_rest": round(idle_cpu, 3),
                 "cpu_seconds": cpu,
                 "sched": sched,
                 "rss_mb": tb.rss_snapshot(),
                 "loadavg": loadavg(),
+                "loadavg_before": load0,
                 "profile": profile,
                 "tracemalloc": snapshot.read_text() if snapshot else None,
             }
             rows.append(row)
             per_1k = row["vk_cpu_seconds_per_1000_pods"]
-            say(f"{have} pods: vkbridge RSS {row['vk_rss_mb']} MB, {per_1k} CPU s per 1,000 pods")
+            say(f"{have} pods: {run['impl']} RSS {row['vk_rss_mb']} MB, {per_1k} CPU s per 1,000 pods")
             prev = have
             if not reached or not tb.vk.alive():
                 break
-        log_errors = tb.vk.log_text().count(" ERROR ")
+        log_errors = tb.vk_error_lines()
+        say("cleaning up")
+        drain(tb, tb.consumer, ns, remote, timeout=max(300.0, steps[-1] * 0.3), deployment="mem")
+        tb.delete_namespace(tb.consumer, ns, wait=False)
     print()
     headers = [
         "pods",
@@ -160,15 +155,17 @@ def main(argv: list[str] | None = None) -> int:
     met = None if at_10k is None else at_10k <= target
     word = "not measured (10,000 pods not reached)" if met is None else ("MET" if met else "MISSED")
     print(f"\ntarget RSS <= {target:g} MB at 10,000 pods: {word}")
+    print(f"{run['impl']} isolated={yes_no(run['isolated'])}, {log_errors} error lines in its log")
     path = write_results(
         "memory",
         {
             "args": vars(args) | {"workdir": str(args.workdir)},
+            **run,
             "idle": idle,
             "steps": rows,
             "target_mb": target,
             "met": met,
-            "vkbridge_error_lines": log_errors,
+            "vk_error_lines": log_errors,
         },
     )
     print(f"results: {path}")
