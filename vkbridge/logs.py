@@ -92,6 +92,10 @@ class Log:
     def warning(self, msg: str, **kv: object) -> None:
         self._log(logging.WARNING, msg, kv)
 
+    def warning_exc(self, msg: str, **kv: object) -> None:
+        """A warning with the traceback of the exception being handled."""
+        self._log(logging.WARNING, msg, kv, exc_info=True)
+
     def error(self, msg: str, **kv: object) -> None:
         self._log(logging.ERROR, msg, kv)
 

@@ -373,7 +373,7 @@ def log_time(line: str) -> float | None:
     return dt.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=dt.UTC).timestamp()
 
 
-_NS_REF = re.compile(r"(?:@|namespace=|pod=|handling |retry \d+ of )([a-z0-9][a-z0-9-]*)")
+_NS_REF = re.compile(r"(?:@|namespace=|pod=|key=)([a-z0-9][a-z0-9-]*)")
 
 
 def about_other_namespace(line: str, ns: str) -> bool:

@@ -11,6 +11,7 @@ import pytest
 from vkbridge.kube.queuemetrics import QueueMetrics, QueueSinks
 from vkbridge.kube.ratelimit import ItemExponentialLimiter
 from vkbridge.kube.workqueue import QueueShutDown, RequeueAfter, WorkQueue, run_workers
+from vkbridge.logs import TextFormatter
 
 
 class RecordingLimiter:
@@ -310,7 +311,7 @@ async def test_worker_success_forgets_and_failure_retries_with_one_log_line(
     assert results == [("ns/pod", False), ("ns/pod", False), ("ns/pod", True)]
     assert limiter.forgotten == ["ns/pod"]
     assert limiter.failures == {}
-    lines = [r.getMessage() for r in caplog.records if r.name == "vkbridge.workqueue"]
+    lines = [TextFormatter().format(r) for r in caplog.records if r.name == "vkbridge.workqueue"]
     assert len(lines) == 2
     assert "ns/pod" in lines[0]
     assert "RuntimeError: boom 1" in lines[0]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final, Literal
@@ -21,11 +20,14 @@ from typing import Any, Final, Literal
 import orjson
 
 from vkbridge.kube.backoff import Backoff
-from vkbridge.kube.client import WATCH_OPENED, ApiError, KubeClient, Resource, TransportError, WatchExpired
+from vkbridge.kube.client import WATCH_OPENED, KubeClient
+from vkbridge.kube.errors import ApiError, TransportError, WatchExpired
+from vkbridge.kube.resources import Resource
+from vkbridge.logs import get_logger
 
 __all__ = ["Cache", "EventType", "Handler", "diff_stores", "object_key"]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 Obj = dict[str, Any]
@@ -227,7 +229,7 @@ class Cache:
                         backoff.reset()
                         continue
                     delay = backoff.next()
-                    log.debug("%s: watch ended at once; re-watch in %.1f s", self.name, delay)
+                    log.debug("watch ended at once; re-watching", cache=self.name, retry_in=f"{delay:.1f}s")
                     await self.client.pause(delay)
                 except WatchExpired:
                     self.expirations += 1
@@ -235,27 +237,25 @@ class Cache:
                         await self.client.pause(backoff.next())
                     else:
                         log.info(
-                            "%s: resourceVersion %s expired; re-listing", self.name, self.resource_version
+                            "resourceVersion expired; re-listing", cache=self.name, rv=self.resource_version
                         )
                     need_list = True
                 except ApiError as exc:
                     if isinstance(exc, TransportError) and self.client.generation != generation:
                         # swap_credentials closed the old sessions under us: expected, reconnect at once
-                        log.info(
-                            "%s: credentials swapped; resuming at rv %s", self.name, self.resource_version
-                        )
+                        log.info("credentials swapped; resuming", cache=self.name, rv=self.resource_version)
                         continue
                     if isinstance(exc, TransportError) and exc.abandoned:
                         # ended by the client as the server was lost or came back: try again at once (an
                         # attempt into a lost server fails on its own, and that one backs off)
-                        log.debug("%s: %s; retrying at once", self.name, exc)
+                        log.debug("retrying at once", cache=self.name, error=exc)
                         continue
                     self._set_state("backoff", f"{exc}; retrying with backoff up to {self.backoff_cap:.0f} s")
                     await self.client.pause(backoff.next())
                 except Exception:
                     # A bug (ours or a library's) must not take the whole node down with this one cache:
                     # say it loudly, with its traceback, then start over from a fresh list.
-                    log.exception("%s: unexpected error; re-listing with backoff", self.name)
+                    log.exception("unexpected error; re-listing with backoff", cache=self.name)
                     self._set_state("backoff", "unexpected error (traceback above)")
                     need_list = True
                     await self.client.pause(backoff.next())
@@ -297,7 +297,7 @@ class Cache:
         self._synced.set()
         changes = diff_stores(old, new)
         if changes:
-            log.debug("%s: list at rv %s: %d objects, %d changes", self.name, rv, len(new), len(changes))
+            log.debug("listed", cache=self.name, rv=rv, objects=len(new), changes=len(changes))
         for etype, before, after in changes:
             self._emit(etype, before, after)
 
@@ -326,7 +326,9 @@ class Cache:
                 except StopAsyncIteration:
                     break
                 except TimeoutError:
-                    log.debug("%s: no event for %.0f s; re-watching", self.name, self.inactivity_timeout)
+                    log.debug(
+                        "no event; re-watching", cache=self.name, silent_for=f"{self.inactivity_timeout:.0f}s"
+                    )
                     return True
                 if ev.get("type") == WATCH_OPENED:
                     self._set_state("watching")  # a quiet resource must not read as "still in backoff"
@@ -387,7 +389,7 @@ class Cache:
                 self._unindex(key)
             self._emit("DELETED", obj, None)
         else:
-            log.warning("%s: ignoring watch event of type %r", self.name, etype)
+            log.warning("ignoring watch event of unknown type", cache=self.name, type=repr(etype))
         if rv:
             self.resource_version = rv
 
@@ -396,7 +398,7 @@ class Cache:
             try:
                 cb(etype, before, after)
             except Exception:
-                log.exception("%s: subscriber %r failed on %s", self.name, cb, etype)
+                log.exception("subscriber failed", cache=self.name, subscriber=repr(cb), event=etype)
 
     def _set_state(self, state: str, detail: str = "") -> None:
         """One log line per state change, not per retry."""
@@ -405,10 +407,10 @@ class Cache:
         previous, self._state = self._state, state
         self.problem = detail if state == "backoff" else ""
         if state == "backoff":
-            log.warning("%s: %s", self.name, detail)
+            log.warning("list/watch failing", cache=self.name, detail=detail)
         elif state == "watching" and previous == "backoff":
-            log.info("%s: reconnected at rv %s", self.name, self.resource_version)
+            log.info("reconnected", cache=self.name, rv=self.resource_version)
         elif state == "listing" and not self.synced:
-            log.info("%s: initial list", self.name)
+            log.info("initial list", cache=self.name)
         else:
-            log.debug("%s: %s -> %s", self.name, previous, state)
+            log.debug("state changed", cache=self.name, previous=previous, state=state)

@@ -4,9 +4,9 @@ Why our own: caches want raw dicts (no generated models), the client certificate
 one place, and kubernetes_asyncio has no rate limiter. Two sessions share one ``SSLContext``: watches
 and streams hold connections for minutes, so they never queue behind, or starve, ordinary requests.
 
-Errors: every failure is an ``ApiError``. ``TransportError`` (status 0) is the subclass for "no HTTP
-answer" (connect refused, TLS failure, reset, timeout); ``WatchExpired`` (410) means "re-list".
-Bodies and auth headers are never logged.
+This module is the transport. Every failure is an ``ApiError`` (``errors.py``), resource types are
+``Resource``s (``resources.py``), and the verbs on them (get, list, patch...) are built in ``verbs.py``;
+their names are re-exported here (``X as X``) for the callers. Bodies and auth headers are never logged.
 """
 
 from __future__ import annotations
@@ -18,57 +18,50 @@ import logging
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import quote
 
 import aiohttp
 import orjson
 
+from vkbridge.kube.errors import ApiError as ApiError
+from vkbridge.kube.errors import StreamEnded, error_from, transport_error, watch_event
+from vkbridge.kube.errors import TransportError as TransportError
+from vkbridge.kube.errors import WatchExpired as WatchExpired
+from vkbridge.kube.errors import is_transport_failure as is_transport_failure
 from vkbridge.kube.kubeconfig import Credentials, KubeconfigError, read_token, ssl_context
 from vkbridge.kube.ratelimit import TokenBucket
-from vkbridge.kube.requestmetrics import APPLY_PATCH, Params, RequestCounter, RequestMetrics, classify
+from vkbridge.kube.requestmetrics import APPLY_PATCH as APPLY_PATCH
+from vkbridge.kube.requestmetrics import Params, RequestCounter, RequestMetrics
+from vkbridge.kube.requestmetrics import classify as classify
+from vkbridge.kube.resources import CERTIFICATESIGNINGREQUESTS as CERTIFICATESIGNINGREQUESTS
+from vkbridge.kube.resources import CONFIGMAPS as CONFIGMAPS
+from vkbridge.kube.resources import EVENTS as EVENTS
+from vkbridge.kube.resources import LEASES as LEASES
+from vkbridge.kube.resources import NAMESPACEMAPS as NAMESPACEMAPS
+from vkbridge.kube.resources import NAMESPACES as NAMESPACES
+from vkbridge.kube.resources import NODES as NODES
+from vkbridge.kube.resources import PODS as PODS
+from vkbridge.kube.resources import RENEWS as RENEWS
+from vkbridge.kube.resources import RESOURCESLICES as RESOURCESLICES
+from vkbridge.kube.resources import SECRETS as SECRETS
+from vkbridge.kube.resources import SELFSUBJECTREVIEWS as SELFSUBJECTREVIEWS
+from vkbridge.kube.resources import SHADOWPODS as SHADOWPODS
+from vkbridge.kube.resources import SUBJECTACCESSREVIEWS as SUBJECTACCESSREVIEWS
+from vkbridge.kube.resources import TOKENREVIEWS as TOKENREVIEWS
+from vkbridge.kube.resources import VIRTUALNODES as VIRTUALNODES
+from vkbridge.kube.resources import Resource as Resource
+from vkbridge.kube.verbs import JSON as JSON
+from vkbridge.kube.verbs import JSON_PATCH as JSON_PATCH
+from vkbridge.kube.verbs import MERGE_PATCH as MERGE_PATCH
+from vkbridge.kube.verbs import STRATEGIC_MERGE_PATCH as STRATEGIC_MERGE_PATCH
+from vkbridge.kube.verbs import Body, Obj, ResourceVerbs
+from vkbridge.logs import get_logger
 
 # orjson: 3-4x faster than json on watch streams (the hottest path under load), and it shares dict keys
 # across documents, so cached objects take less memory.
 _loads: Callable[[bytes], Any] = orjson.loads
 
-__all__ = [
-    "APPLY_PATCH",
-    "CERTIFICATESIGNINGREQUESTS",
-    "CONFIGMAPS",
-    "EVENTS",
-    "JSON",
-    "JSON_PATCH",
-    "LEASES",
-    "MERGE_PATCH",
-    "NAMESPACEMAPS",
-    "NAMESPACES",
-    "NODES",
-    "PODS",
-    "RENEWS",
-    "RESOURCESLICES",
-    "SECRETS",
-    "SELFSUBJECTREVIEWS",
-    "SHADOWPODS",
-    "STRATEGIC_MERGE_PATCH",
-    "SUBJECTACCESSREVIEWS",
-    "TOKENREVIEWS",
-    "VIRTUALNODES",
-    "ApiError",
-    "KubeClient",
-    "Resource",
-    "TransportError",
-    "WatchExpired",
-    "classify",
-]
-
-log = logging.getLogger(__name__)
-
-JSON: Final = "application/json"
-MERGE_PATCH: Final = "application/merge-patch+json"
-STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
-JSON_PATCH: Final = "application/json-patch+json"
+log = get_logger(__name__)
 
 DEFAULT_TIMEOUT: Final = 60.0
 CONNECT_TIMEOUT: Final = 15.0
@@ -78,143 +71,6 @@ WATCH_READ_SLACK: Final = 15.0
 TOKEN_REFRESH_SECONDS: Final = 60.0
 READ_BUFSIZE: Final = 2**21
 _ERROR_BODY_LIMIT: Final = 64 * 1024
-
-Obj = dict[str, Any]
-Body = dict[str, Any] | list[Any]  # a list is a JSON patch
-
-
-# ---------------------------------------------------------------------------------------------- errors
-
-
-class ApiError(Exception):
-    """A non-2xx answer (``status`` > 0), or a transport failure (``TransportError``, status 0)."""
-
-    def __init__(
-        self,
-        status: int,
-        reason: str,
-        message: str,
-        body: Obj | None = None,
-        *,
-        retry_after: float | None = None,
-    ) -> None:
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.body: Obj = body if body is not None else {}
-        self.retry_after = retry_after
-        super().__init__(f"{status} {reason}: {message[:300]}")
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def already_exists(self) -> bool:
-        return self.status == 409 and self.reason == "AlreadyExists"
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409 and self.reason != "AlreadyExists"
-
-    @property
-    def gone(self) -> bool:
-        return self.status == 410
-
-    @property
-    def unauthorized(self) -> bool:
-        """401 or 403: the credential was revoked, expired, or lacks RBAC."""
-        return self.status in (401, 403)
-
-    @property
-    def is_transient(self) -> bool:
-        return self.status == 429 or self.status >= 500
-
-
-class TransportError(ApiError):
-    """No HTTP answer: connection refused/reset, TLS failure, timeout, session closed by a swap."""
-
-    def __init__(self, message: str, *, transient: bool = True, abandoned: bool = False) -> None:
-        super().__init__(0, "TransportError", message)
-        self._transient = transient
-        self.abandoned = abandoned  # ended by us (KubeClient.abandon_inflight), not by the network
-
-    def __str__(self) -> str:
-        return f"transport error: {self.message[:300]}"
-
-    @property
-    def is_transient(self) -> bool:
-        return self._transient
-
-
-class WatchExpired(ApiError):
-    """The watch's resourceVersion is too old (410 Gone/Expired): re-list, then watch again."""
-
-    def __init__(self, message: str, body: Obj | None = None) -> None:
-        super().__init__(410, "Expired", message, body)
-
-
-# ---------------------------------------------------------------------------------------------- resources
-
-
-@dataclass(frozen=True)
-class Resource:
-    """Where a resource type lives in the REST tree."""
-
-    group: str
-    version: str
-    plural: str
-    namespaced: bool
-    kind: str = ""
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def prefix(self) -> str:
-        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-
-    def path(
-        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
-    ) -> str:
-        if namespace is not None and not self.namespaced:
-            raise ValueError(f"{self.plural} is cluster-scoped; no namespace allowed")
-        if subresource is not None and name is None:
-            raise ValueError("a subresource needs a name")
-        p = self.prefix
-        if namespace is not None:
-            p += f"/namespaces/{quote(namespace, safe='')}"
-        p += f"/{self.plural}"
-        if name is not None:
-            p += f"/{quote(name, safe='')}"
-        if subresource is not None:
-            p += f"/{subresource}"
-        return p
-
-
-PODS: Final = Resource("", "v1", "pods", True, "Pod")
-NODES: Final = Resource("", "v1", "nodes", False, "Node")
-EVENTS: Final = Resource("", "v1", "events", True, "Event")
-SECRETS: Final = Resource("", "v1", "secrets", True, "Secret")
-CONFIGMAPS: Final = Resource("", "v1", "configmaps", True, "ConfigMap")
-NAMESPACES: Final = Resource("", "v1", "namespaces", False, "Namespace")
-LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
-SHADOWPODS: Final = Resource("offloading.liqo.io", "v1beta1", "shadowpods", True, "ShadowPod")
-NAMESPACEMAPS: Final = Resource("offloading.liqo.io", "v1beta1", "namespacemaps", True, "NamespaceMap")
-VIRTUALNODES: Final = Resource("offloading.liqo.io", "v1beta1", "virtualnodes", True, "VirtualNode")
-RESOURCESLICES: Final = Resource("authentication.liqo.io", "v1beta1", "resourceslices", True, "ResourceSlice")
-RENEWS: Final = Resource("authentication.liqo.io", "v1beta1", "renews", True, "Renew")
-CERTIFICATESIGNINGREQUESTS: Final = Resource(
-    "certificates.k8s.io", "v1", "certificatesigningrequests", False, "CertificateSigningRequest"
-)
-TOKENREVIEWS: Final = Resource("authentication.k8s.io", "v1", "tokenreviews", False, "TokenReview")
-SELFSUBJECTREVIEWS: Final = Resource(
-    "authentication.k8s.io", "v1", "selfsubjectreviews", False, "SelfSubjectReview"
-)
-SUBJECTACCESSREVIEWS: Final = Resource(
-    "authorization.k8s.io", "v1", "subjectaccessreviews", False, "SubjectAccessReview"
-)
 
 
 def _query(params: Params | None) -> list[tuple[str, str]]:
@@ -231,34 +87,6 @@ def _query(params: Params | None) -> list[tuple[str, str]]:
     return out
 
 
-def _error_from(status: int, http_reason: str, raw: bytes, retry_after: str | None) -> ApiError:
-    body: Obj = {}
-    try:
-        parsed = json.loads(raw) if raw else {}
-        if isinstance(parsed, dict):
-            body = parsed
-    except ValueError:
-        pass
-    if body.get("kind") == "Status":
-        reason = str(body.get("reason") or http_reason or "")
-        message = str(body.get("message") or "")
-    else:
-        reason = http_reason or ""
-        message = raw[:300].decode("utf-8", "replace").strip()
-    ra: float | None = None
-    if retry_after:
-        with contextlib.suppress(ValueError):
-            ra = float(retry_after)
-    if status == 410:
-        return WatchExpired(message or reason, body)
-    return ApiError(status, reason, message, body, retry_after=ra)
-
-
-class _StreamEnded(aiohttp.ClientConnectionError):
-    """We ended a live stream ourselves (credential swap, server lost): aiohttp would leave its reader
-    waiting on a closed or dead connection."""
-
-
 class _Flight:
     """One request on the wire, which ``KubeClient.abandon_inflight`` can end before its timeout; counted
     by (verb, resource) ``key`` and HTTP ``status`` (None: no answer) when it leaves the wire."""
@@ -272,31 +100,10 @@ class _Flight:
         self.status: int | None = None
 
 
-def is_transport_failure(exc: BaseException) -> bool:
-    """What the network (or a session we closed) did to a request, as opposed to a bug: aiohttp's errors,
-    timeouts, OS errors, and the bare ``RuntimeError("Connection closed.")`` aiohttp raises when a body
-    is read after its session closed the connection."""
-    if isinstance(exc, RuntimeError):
-        return "Connection closed" in str(exc)
-    return isinstance(exc, aiohttp.ClientError | TimeoutError | OSError)
-
-
-def _transport_error(
-    method: str, path: str, exc: BaseException, flight: _Flight | None = None
-) -> TransportError:
-    if flight is not None and flight.abandoned is not None:
-        return TransportError(f"{method} {path}: abandoned: {flight.abandoned}"[:500], abandoned=True)
-    if isinstance(exc, _StreamEnded):
-        return TransportError(f"{method} {path}: ended: {exc}"[:500], abandoned=True)
-    fatal = isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError)
-    detail = str(exc) or type(exc).__name__
-    return TransportError(f"{method} {path}: {type(exc).__name__}: {detail}"[:500], transient=not fatal)
-
-
 # ---------------------------------------------------------------------------------------------- client
 
 
-class KubeClient:
+class KubeClient(ResourceVerbs):
     """One API server, one identity (swappable), QPS-limited, raw JSON in and out."""
 
     def __init__(
@@ -383,7 +190,7 @@ class KubeClient:
         self._token_read_at = time.monotonic()
         self._req = self._watch = None
         self.generation += 1
-        log.info("%s client: credentials swapped to %r", self.name, creds)
+        log.info("client credentials swapped", client=self.name, credentials=creds)
         if old_watch is not None:
             # Closing a session leaves a reader already waiting on its connection waiting forever, and one
             # that reads later gets a bare RuntimeError: end every live stream with a transport error first.
@@ -440,7 +247,7 @@ class KubeClient:
     def _end_live_streams(self, reason: str) -> int:
         live, self._live_streams = self._live_streams, set()
         for resp in live:
-            resp.content.set_exception(_StreamEnded(reason))
+            resp.content.set_exception(StreamEnded(reason))
         return len(live)
 
     def _sessions(self) -> tuple[aiohttp.ClientSession, aiohttp.ClientSession]:
@@ -469,7 +276,7 @@ class KubeClient:
             try:
                 self._token = await asyncio.to_thread(read_token, creds.token_file)
             except KubeconfigError as exc:
-                log.warning("%s client: keeping the previous token: %s", self.name, exc)
+                log.warning("keeping the previous token", client=self.name, error=exc)
         if self._token:
             return {"Authorization": f"Bearer {self._token}"}
         return {}
@@ -528,11 +335,18 @@ class KubeClient:
         except Exception as exc:
             if not is_transport_failure(exc):
                 raise
-            log.debug("%s %s %s: transport error %s", self.name, method, path, type(exc).__name__)
-            raise _transport_error(method, path, exc, flight) from exc
-        log.debug("%s %s %s -> %d (%.0f ms)", self.name, method, path, status, (time.monotonic() - t0) * 1e3)
+            if log.enabled(logging.DEBUG):
+                log.debug(
+                    "transport error", client=self.name, method=method, path=path, error=type(exc).__name__
+                )
+            raise transport_error(method, path, exc, flight.abandoned) from exc
+        if log.enabled(logging.DEBUG):  # per request: build no context unless it is written
+            ms = (time.monotonic() - t0) * 1e3
+            log.debug(
+                "request", client=self.name, method=method, path=path, status=status, elapsed=f"{ms:.0f}ms"
+            )
         if status >= 400:
-            raise _error_from(status, http_reason, raw, retry_after)
+            raise error_from(status, http_reason, raw, retry_after)
         if not raw:
             return {}
         try:
@@ -585,7 +399,7 @@ class KubeClient:
         except Exception as exc:
             if not is_transport_failure(exc):
                 raise
-            raise _transport_error("GET", path, exc, flight) from exc
+            raise transport_error("GET", path, exc, flight.abandoned) from exc
 
     async def watch(
         self,
@@ -637,7 +451,7 @@ class KubeClient:
             async with resp:
                 if resp.status != 200:
                     raw = await resp.content.read(_ERROR_BODY_LIMIT)
-                    raise _error_from(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
+                    raise error_from(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
                 self._live_streams.add(resp)
                 try:
                     if announce_open:
@@ -649,15 +463,15 @@ class KubeClient:
                             line = bytes(buf[:nl])
                             del buf[: nl + 1]
                             if line.strip():
-                                yield _watch_event(line)
+                                yield watch_event(line)
                     if buf.strip():
-                        yield _watch_event(bytes(buf))
+                        yield watch_event(bytes(buf))
                 finally:
                     self._live_streams.discard(resp)
         except Exception as exc:
             if not is_transport_failure(exc):
                 raise
-            raise _transport_error("WATCH", path, exc, flight) from exc
+            raise transport_error("WATCH", path, exc, flight.abandoned) from exc
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -685,161 +499,14 @@ class KubeClient:
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self.requests.observe(key, None)
-            raise _transport_error(method, path, exc) from exc
+            raise transport_error(method, path, exc) from exc
         self.requests.observe(key, resp.status)
         self._live_streams.add(resp)
         try:
             if resp.status >= 400:
                 raw = await resp.content.read(_ERROR_BODY_LIMIT)
-                raise _error_from(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
+                raise error_from(resp.status, resp.reason or "", raw, resp.headers.get("Retry-After"))
             yield resp
         finally:
             self._live_streams.discard(resp)
             resp.close()  # a stream is rarely read to the end: never return its connection to the pool
-
-    # -- conveniences
-
-    async def get(
-        self, resource: Resource, name: str, namespace: str | None = None, *, subresource: str | None = None
-    ) -> Obj:
-        return await self.request("GET", resource.path(namespace, name, subresource))
-
-    async def list(
-        self,
-        resource: Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        limit: int | None = None,
-        continue_token: str | None = None,
-        resource_version: str | None = None,
-        timeout: float | None = None,
-    ) -> Obj:
-        """One page (a ``*List`` dict); follow ``metadata.continue`` for the rest."""
-        params: dict[str, str | int | None] = {
-            "labelSelector": label_selector,
-            "fieldSelector": field_selector,
-            "limit": limit,
-            "continue": continue_token,
-            "resourceVersion": resource_version,
-        }
-        return await self.request("GET", resource.path(namespace), params=params, timeout=timeout)
-
-    async def create(
-        self,
-        resource: Resource,
-        body: Obj,
-        namespace: str | None = None,
-        *,
-        subresource: str | None = None,
-        name: str | None = None,
-        field_manager: str | None = None,
-    ) -> Obj:
-        """POST; for subresources (``eviction``, ``token``) pass the parent ``name``."""
-        ns = namespace if namespace is not None else _ns_of(resource, body)
-        path = resource.path(ns, name, subresource)
-        return await self.request("POST", path, body=body, params={"fieldManager": field_manager})
-
-    async def replace(
-        self,
-        resource: Resource,
-        body: Obj,
-        namespace: str | None = None,
-        *,
-        subresource: str | None = None,
-        field_manager: str | None = None,
-    ) -> Obj:
-        """PUT the whole object; its metadata.resourceVersion makes it an optimistic-concurrency update."""
-        ns = namespace if namespace is not None else _ns_of(resource, body)
-        path = resource.path(ns, body["metadata"]["name"], subresource)
-        return await self.request("PUT", path, body=body, params={"fieldManager": field_manager})
-
-    async def patch(
-        self,
-        resource: Resource,
-        name: str,
-        patch: Body,
-        namespace: str | None = None,
-        *,
-        subresource: str | None = None,
-        content_type: str = MERGE_PATCH,
-        field_manager: str | None = None,
-    ) -> Obj:
-        path = resource.path(namespace, name, subresource)
-        return await self.request(
-            "PATCH", path, body=patch, content_type=content_type, params={"fieldManager": field_manager}
-        )
-
-    async def apply(
-        self,
-        resource: Resource,
-        body: Obj,
-        namespace: str | None = None,
-        *,
-        field_manager: str = "reflection.liqo.io",
-        force: bool = True,
-        subresource: str | None = None,
-    ) -> Obj:
-        """Server-side apply of a partial object that names apiVersion, kind and metadata.name."""
-        ns = namespace if namespace is not None else _ns_of(resource, body)
-        path = resource.path(ns, body["metadata"]["name"], subresource)
-        return await self.request(
-            "PATCH",
-            path,
-            body=body,
-            content_type=APPLY_PATCH,
-            params={"fieldManager": field_manager, "force": force},
-        )
-
-    async def delete(
-        self,
-        resource: Resource,
-        name: str,
-        namespace: str | None = None,
-        *,
-        preconditions_uid: str | None = None,
-        preconditions_resource_version: str | None = None,
-        grace_period_seconds: int | None = None,
-        propagation_policy: str | None = None,
-    ) -> Obj:
-        """DELETE with DeleteOptions; returns the object (still terminating) or a Status."""
-        opts: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
-        pre: dict[str, str] = {}
-        if preconditions_uid is not None:
-            pre["uid"] = preconditions_uid
-        if preconditions_resource_version is not None:
-            pre["resourceVersion"] = preconditions_resource_version
-        if pre:
-            opts["preconditions"] = pre
-        if grace_period_seconds is not None:
-            opts["gracePeriodSeconds"] = grace_period_seconds
-        if propagation_policy is not None:
-            opts["propagationPolicy"] = propagation_policy
-        return await self.request("DELETE", resource.path(namespace, name), body=opts, content_type=JSON)
-
-
-def _ns_of(resource: Resource, body: Obj) -> str | None:
-    if not resource.namespaced:
-        return None
-    ns = body.get("metadata", {}).get("namespace")
-    if not isinstance(ns, str) or not ns:
-        raise ValueError(f"{resource.plural}: namespace missing (argument or metadata.namespace)")
-    return ns
-
-
-def _watch_event(line: bytes) -> Obj:
-    try:
-        ev = _loads(line)
-    except ValueError:
-        raise TransportError("watch stream: malformed event line") from None
-    if not isinstance(ev, dict) or not isinstance(ev.get("object"), dict):
-        raise TransportError("watch stream: event without an object")
-    if ev.get("type") == "ERROR":
-        status = ev["object"]
-        code = int(status.get("code") or 0)
-        message = str(status.get("message") or "")
-        if code == 410 or status.get("reason") in ("Expired", "Gone"):
-            raise WatchExpired(message or "resourceVersion too old", status)
-        raise ApiError(code or 500, str(status.get("reason") or "WatchError"), message, status)
-    return ev

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Mapping
@@ -24,10 +23,11 @@ from typing import Any, Literal, Protocol
 
 from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.ratelimit import Clock, TokenBucket
+from vkbridge.logs import get_logger
 
 __all__ = ["EventRecorder", "EventType", "EventWriter", "SpamFilter", "event_name"]
 
-logger = logging.getLogger("vkbridge.events")
+log = get_logger("vkbridge.events")
 
 EventType = Literal["Normal", "Warning"]
 
@@ -192,14 +192,14 @@ class EventRecorder:
         ``message`` must not contain Secret data (names only); it is cut to 1024 characters.
         """
         if type_ not in ("Normal", "Warning"):
-            logger.error("unsupported event type %r (reason %s): dropped", type_, reason)
+            log.error("unsupported event type: dropped", type=repr(type_), reason=reason)
             return
         if self._closed:
-            logger.debug("recorder closed: dropping event %s", reason)
+            log.debug("recorder closed: dropping event", reason=reason)
             return
         if len(self._pending) >= self._maxsize:
             self.dropped += 1
-            logger.debug("event backlog full (%d): dropping event %s", self._maxsize, reason)
+            log.debug("event backlog full: dropping event", backlog=self._maxsize, reason=reason)
             return
         ref = _object_ref(obj, kind, api_version)
         self._pending.append(
@@ -241,7 +241,7 @@ class EventRecorder:
                 await self._finished.wait()
         except TimeoutError:
             self.dropped += len(self._pending)
-            logger.debug("event recorder: dropping %d events at shutdown", len(self._pending))
+            log.debug("event recorder: dropping events at shutdown", count=len(self._pending))
             self._pending.clear()
             runner.cancel()
             await self._finished.wait()
@@ -301,8 +301,11 @@ class EventRecorder:
         spam_key = self._spam_key(p)
         if not self._spam.allow(spam_key):
             self.dropped += 1
-            logger.debug(
-                "event spam filter: dropping %s %s for %s", p.type_, p.reason, "/".join(spam_key[3:5])
+            log.debug(
+                "event spam filter: dropping event",
+                type=p.type_,
+                reason=p.reason,
+                object="/".join(spam_key[3:5]),
             )
             return
         key = (*spam_key, p.type_, p.reason, p.message)
@@ -323,15 +326,17 @@ class EventRecorder:
                     continue
                 if status is not None and 400 <= status < 500 and status != 429:
                     self.dropped += 1
-                    logger.debug("event %s rejected (%d): dropped: %s", p.reason, status, err)
+                    log.debug("event rejected: dropped", reason=p.reason, status=status, error=err)
                     return
                 if attempt == self._max_tries:
                     break
                 delay = backoff.next()
-                logger.debug("writing event %s failed (%s); retry in %.1fs", p.reason, err, delay)
+                log.debug(
+                    "writing event failed; retrying", reason=p.reason, error=err, retry_in=f"{delay:.1f}s"
+                )
                 await asyncio.sleep(delay)
         self.dropped += 1
-        logger.warning("could not write event %s after %d tries: dropped", p.reason, self._max_tries)
+        log.warning("could not write event: dropped", reason=p.reason, tries=self._max_tries)
 
     async def _create(self, key: tuple[str, ...], p: _Pending) -> None:
         body = self._body(p)

@@ -22,12 +22,18 @@ from typing import Generic, TypeVar
 
 from vkbridge.kube.queuemetrics import QueueMetrics
 from vkbridge.kube.ratelimit import RateLimiter, default_controller_rate_limiter
+from vkbridge.logs import get_logger
 
 __all__ = ["QueueShutDown", "RequeueAfter", "ResultHook", "WorkQueue", "run_workers"]
 
-logger = logging.getLogger("vkbridge.workqueue")
+log = get_logger("vkbridge.workqueue")
 
 K = TypeVar("K", bound=Hashable)
+
+
+def _item(queue: str, key: Hashable) -> dict[str, object]:
+    """The key's log context: `pod=<ns>/<name>` on the pods queue, as in the pod reflector's own lines."""
+    return {"pod" if queue == "pods" else "key": key}
 
 
 class QueueShutDown(Exception):
@@ -268,16 +274,14 @@ async def _worker(
             raise
         except Exception as err:
             delay = queue.add_rate_limited(key)
-            logger.warning(
-                "%s: retry %d of %s in %.3fs: %s: %s",
-                name,
-                queue.num_requeues(key),
-                key,
-                delay,
-                type(err).__name__,
-                err,
-                exc_info=logger.isEnabledFor(logging.DEBUG),
-                extra={"kv": {"pod" if name == "pods" else "key": key, "retry_in": f"{delay:.3f}s"}},
+            warn = log.warning_exc if log.enabled(logging.DEBUG) else log.warning  # traceback at -v 4
+            warn(
+                "handler failed; retrying",
+                queue=name,
+                **_item(name, key),
+                retry=queue.num_requeues(key),
+                retry_in=f"{delay:.3f}s",
+                error=f"{type(err).__name__}: {err}",
             )
         else:
             queue.forget(key)
@@ -287,9 +291,14 @@ async def _worker(
             queue.done(key)
         duration = loop.time() - start
         if duration >= slow_threshold:
-            logger.info("%s: handling %s took %.3fs", name, key, duration)
+            log.info(
+                "slow handler",
+                queue=name,
+                **_item(name, key),
+                took=f"{duration:.3f}s",
+            )
         if on_result is not None:
             try:
                 on_result(key, ok, duration)
             except Exception:
-                logger.exception("%s: on_result hook failed for %s", name, key)
+                log.exception("on_result hook failed", queue=name, **_item(name, key))
