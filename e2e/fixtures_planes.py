@@ -21,8 +21,14 @@ FreshNs = Callable[..., str]
 
 
 @pytest.fixture(scope="session")
-def planes() -> Iterator[Planes]:
-    started = start_planes()
+def plane_extra_args() -> dict[str, dict[str, list[str]]]:
+    """Per plane, per component, extra arguments; a conftest overrides it (the differential suite's audit)."""
+    return {}
+
+
+@pytest.fixture(scope="session")
+def planes(plane_extra_args: dict[str, dict[str, list[str]]]) -> Iterator[Planes]:
+    started = start_planes(extra_args=plane_extra_args)
     yield started
     if os.environ.get("VKBRIDGE_KEEP_PLANES") == "1":
         started.keep()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,17 +43,25 @@ class Planes:
 
 
 def start_planes(
-    base_dir: Path | None = None, grace: str = "20s", timeout: float = 180, crds: bool = True
-) -> Planes:
-    """Start consumer and pool in parallel threads, install the Liqo CRDs on both; all or nothing."""
+    base_dir: Path | None = None, grace: str = "20s", timeout: float = 180, crds: bool = True,
+    extra_args: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
+) -> Planes:  # fmt: skip
+    """Start consumer and pool in parallel threads, install the Liqo CRDs on both; all or nothing.
+
+    ``extra_args``: per plane name ("consumer", "pool"), per component, arguments to add (e.g. audit)."""
     t0 = time.monotonic()
     bins = find_binaries()  # once, before the threads: a missing binary triggers a single build
+    extra = extra_args or {}
     planes = Planes(
         consumer=ControlPlane(
-            "consumer", base_dir=base_dir, service_cidr=CONSUMER_SERVICE_CIDR, grace=grace, bins=bins
+            "consumer", base_dir=base_dir, service_cidr=CONSUMER_SERVICE_CIDR, grace=grace, bins=bins,
+            extra_args=extra.get("consumer"),
         ),
-        pool=ControlPlane("pool", base_dir=base_dir, service_cidr=POOL_SERVICE_CIDR, grace=grace, bins=bins),
-    )
+        pool=ControlPlane(
+            "pool", base_dir=base_dir, service_cidr=POOL_SERVICE_CIDR, grace=grace, bins=bins,
+            extra_args=extra.get("pool"),
+        ),
+    )  # fmt: skip
     try:
         with ThreadPoolExecutor(2) as ex:
             futures = [ex.submit(_bring_up, p, timeout, crds) for p in (planes.consumer, planes.pool)]

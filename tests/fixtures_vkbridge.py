@@ -15,7 +15,7 @@ from e2e.fixtures_pool import offload_namespace
 from e2e.identity import service_account_kubeconfig
 from e2e.liqo_vk import LiqoVkProcess, ensure_foreign_cluster, impl_from_env
 from e2e.vkbridge_proc import VkbridgeOptions, VkbridgeProcess
-from e2e.waiting import wait_until
+from e2e.waiting import wait_until as wait_until  # re-exported: tests import it from here
 
 
 def node_ready(consumer: ControlPlane, name: str) -> str | None:

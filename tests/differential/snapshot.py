@@ -1,8 +1,8 @@
 """Normalise what an implementation left in the testbed and diff two such snapshots (pure, no I/O).
 
-A snapshot is plain JSON: per kind (shadowpod, pod-status, events, secrets, configmaps, node) a structure in
-which lists of named things became maps keyed by name, and values that are unique by nature (uids, times,
-resourceVersions, ports) are dropped or replaced by placeholders. ``diff`` returns one line per difference,
+A snapshot is plain JSON: per kind (shadowpod, pod-status, events, secrets, configmaps, node, lease, writes) a
+structure in which lists of named things became maps keyed by name, and values that are unique by nature
+(uids, times, resourceVersions, ports) are dropped or replaced by placeholders. ``diff`` returns one line per difference,
 ``<kind>: <op> <path>`` with op ``-`` (only Liqo), ``+`` (only vkbridge), ``~`` (both, values differ).
 """
 
@@ -21,8 +21,9 @@ IGNORED_META = (
 )  # fmt: skip
 IGNORED_TIME_KEYS = ("lastTransitionTime", "lastProbeTime", "startTime", "startedAt", "finishedAt",
                      "lastHeartbeatTime", "containerID", "imageID")  # fmt: skip
-# Node fields that are per process or per machine: the kubelet port, host facts, pod CIDRs.
-IGNORED_NODE_STATUS = ("daemonEndpoints", "nodeInfo", "images", "volumesInUse", "volumesAttached")
+# Node status fields that are per machine or not ours to set: images, volumes; nodeInfo's host identities.
+IGNORED_NODE_STATUS = ("images", "volumesInUse", "volumesAttached")
+IGNORED_NODE_INFO = ("machineID", "systemUUID", "bootID")
 
 
 # Names the API server generates at random (the service-account token volume of every pod).
@@ -132,8 +133,15 @@ def configs(items: Iterable[Obj], skip: Iterable[str] = ()) -> Obj:
     return out
 
 
-def node(n: Obj) -> Obj:
-    st = n.get("status") or {}
+def node(n: Obj, listen_port: int | None = None) -> Obj:
+    """The Node; daemonEndpoints' port becomes ``<LISTEN_PORT>`` when it is the one the process was given."""
+    st = dict(n.get("status") or {})
+    port = ((st.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port")
+    if port is not None:
+        st["daemonEndpoints"] = {
+            "kubeletEndpoint": {"Port": "<LISTEN_PORT>" if port == listen_port else port}
+        }
+    st["nodeInfo"] = {k: v for k, v in (st.get("nodeInfo") or {}).items() if k not in IGNORED_NODE_INFO}
     return {
         "metadata": {
             "labels": (n.get("metadata") or {}).get("labels") or {},
@@ -157,6 +165,23 @@ def node(n: Obj) -> Obj:
                 if k not in (*IGNORED_NODE_STATUS, "capacity", "allocatable", "conditions", "addresses")
             },
         },
+    }
+
+
+def lease(obj: Obj | None) -> Obj | None:
+    """The node Lease: holder, duration, owner (kind/name) and metadata; renew times are compared apart."""
+    if obj is None:
+        return None
+    spec = obj.get("spec") or {}
+    owners = {
+        f"{o.get('kind')}/{o.get('name')}": True
+        for o in (obj.get("metadata") or {}).get("ownerReferences") or []
+    }
+    return {
+        "metadata": meta(obj),
+        "owners": owners,
+        "spec": {k: v for k, v in spec.items() if k not in ("renewTime", "acquireTime")},
+        "has": {k: k in spec for k in ("renewTime", "acquireTime")},
     }
 
 

@@ -27,7 +27,7 @@ from e2e.emulator import EmulatorHandle, launch_emulator
 from e2e.emulator.certs import parse_duration
 from e2e.emulator.grant import b64
 from e2e.pki import CertAuthority, write_pem
-from e2e.waiting import wait_until
+from e2e.waiting import wait_until as wait_until  # re-exported: tests import it from here
 
 SHADOWPODS = "/apis/offloading.liqo.io/v1beta1"
 
