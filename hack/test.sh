@@ -16,6 +16,7 @@ mounts_before=$(awk '{print $2}' /proc/self/mounts | sort)
 
 step "ruff"
 ruff check . || status=1
+ruff format --check . || status=1
 step "mypy (strict on vkbridge/ and reflectors/)"
 mypy || status=1
 step "import-linter (layers of DESIGN.md section 2)"

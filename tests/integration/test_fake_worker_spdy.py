@@ -65,7 +65,9 @@ def test_kubectl_exec_over_spdy_reaches_a_fake_kubelet_pod_through_the_pool_api_
                   input="", websocket=False)  # fmt: skip
     assert (big.returncode, big.stdout) == (0, "x" * 300000), big.stderr
     # A TTY (stdin, stdout and resize streams; no stderr): kubectl wants a terminal of its own.
-    script = "test -t 0 && echo stdin-is-a-tty; sleep 1; stty size; echo ready; read line; echo got $line; exit 5"
+    script = (
+        "test -t 0 && echo stdin-is-a-tty; sleep 1; stty size; echo ready; read line; echo got $line; exit 5"
+    )
     argv = [str(pool.bin["kubectl"]), f"--kubeconfig={pool.admin_kubeconfig}",
             "exec", "-it", "-n", ns, "sh", "--", "sh", "-c", script]  # fmt: skip
     env = {"KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false"}
