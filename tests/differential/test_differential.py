@@ -30,6 +30,7 @@ from tests.differential.harness import (
     Scenario,
     Snapshot,
     assert_documented,
+    phase_at_least,
     pod_snapshot,
     run_both,
     running,
@@ -207,6 +208,14 @@ def _ds_pod(consumer: ControlPlane, ns: str) -> dict[str, Any] | None:
     return items[0] if items else None
 
 
+def _ds_running_pod(consumer: ControlPlane, ns: str) -> dict[str, Any] | None:
+    """The DaemonSet's Running pod, whichever it is: Liqo's VK at times deletes the first one (its remote
+    ShadowPod went away during start-up) and the DaemonSet controller makes another; CI saw it once."""
+    items = must(consumer, "GET", pod_path(ns) + "?labelSelector=app%3Dds")["items"]
+    live = [p for p in items if not p["metadata"].get("deletionTimestamp")]
+    return next((p for p in live if phase_at_least(consumer, ns, p["metadata"]["name"], ("Running",))), None)
+
+
 def daemonset(consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, ns: str, remote: str) -> Snapshot:
     """A DaemonSet pod placed on the virtual node, in the offloaded namespace (both reflect it: Liqo
     offloads a DaemonSet pod only when its namespace's reflection runs) and in a namespace that is not
@@ -219,9 +228,8 @@ def daemonset(consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, ns: st
     try:
         for where in (ns, plain):
             must(consumer, "POST", f"/apis/apps/v1/namespaces/{where}/daemonsets", _daemonset(bundle))
-        pod = wait_until(lambda: _ds_pod(consumer, ns), 60, "the DaemonSet's pod")
+        pod = wait_until(lambda: _ds_running_pod(consumer, ns), 90, "a Running pod of the DaemonSet")
         name = pod["metadata"]["name"]
-        running(consumer, ns, name)
         stray = wait_until(lambda: _ds_pod(consumer, plain), 60, "the not-offloaded DaemonSet's pod")
         wait_until(lambda: events_for(consumer, plain, stray["metadata"]["name"]), 60, "the fallback's event")
         settle()
