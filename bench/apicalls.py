@@ -27,14 +27,14 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.harness import common_args, nodes_for, testbed_for
-from bench.kubeapi import FirstSeen, wait_for, watch_phase
+from bench.harness import nodes_for, parse_vk_args, testbed_for, workspace
+from bench.kubeapi import FirstSeen, watch_phase
 from bench.load import deployment
 from bench.measure import loadavg
 from bench.report import TARGETS, say, table, write_results
 from bench.scrape import apiserver_requests
 from bench.testbed import Testbed
-from e2e.fixtures_pool import SLUG
+from e2e.waiting import wait_until
 
 WRITE_VERBS_METRIC = {"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"}
 READ_VERBS_METRIC = {"GET", "LIST", "WATCH"}
@@ -235,51 +235,51 @@ def print_window(title: str, s: dict[str, Any], n: int) -> None:
 # ------------------------------------------------------------------------------------ runs
 
 
-def run_vanilla(tb: Testbed, n: int, settle: float) -> dict[str, Any]:
-    ns = f"api-vanilla-{int(time.time()) % 100000}"
-    tb.create_namespace(tb.pool, ns)
+def count_creation(
+    tb: Testbed, n: int, settle: float, vanilla: bool
+) -> tuple[str, str | None, dict[str, Any], float]:
+    """Create a Deployment of n pods (on the pool alone for vanilla, else offloaded) and count the calls
+    until all run and ``settle`` seconds more: (namespace, remote namespace, counts, seconds to Running)."""
+    tag = "api-vanilla" if vanilla else "api"
+    plane, ns, remote, slug = workspace(tb, f"{tag}-{int(time.time()) % 100000}", vanilla)
+    api = tb.api(plane.name)
     running = FirstSeen()
-    w = watch_phase(tb.api("pool"), tb.loop, f"/api/v1/namespaces/{ns}/pods", running)
+    w = watch_phase(api, tb.loop, f"/api/v1/namespaces/{ns}/pods", running)
     time.sleep(0.5)
     win = Window(tb)
     win.start()
-    body = deployment("calls", n, None)
-    tb.run(tb.api("pool").request("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", body))
-    wait_for(lambda: len(running) >= n, max(300.0, n), f"{n} vanilla pods Running", 0.2)
+    t0 = time.monotonic()
+    tb.run(api.request("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", deployment("calls", n, slug)))
+    what = "vanilla" if vanilla else "reflected"
+    wait_until(lambda: len(running) >= n, max(300.0, n), f"{n} {what} pods Running", 0.2)
+    running_after = time.monotonic() - t0
     time.sleep(settle)
-    out = summarize(win.stop(), n)
+    counts = summarize(win.stop(), n)
     w.cancel()
+    return ns, remote, counts, running_after
+
+
+def run_vanilla(tb: Testbed, n: int, settle: float) -> dict[str, Any]:
+    ns, _, out, _ = count_creation(tb, n, settle, vanilla=True)
     tb.delete_namespace(tb.pool, ns)
     return out
 
 
 def run_reflected(tb: Testbed, n: int, settle: float, with_delete: bool) -> dict[str, Any]:
-    ns = f"api-{int(time.time()) % 100000}"
-    remote = tb.offloaded_namespace(ns)
-    running = FirstSeen()
-    w = watch_phase(tb.api("consumer"), tb.loop, f"/api/v1/namespaces/{ns}/pods", running)
-    time.sleep(0.5)
-    win = Window(tb)
-    win.start()
-    body = deployment("calls", n, SLUG)
-    tb.run(tb.api("consumer").request("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", body))
-    wait_for(lambda: len(running) >= n, max(300.0, n), f"{n} reflected pods Running", 0.2)
-    t_running = time.monotonic()
-    time.sleep(settle)
-    create = summarize(win.stop(), n)
-    w.cancel()
+    ns, remote, create, running_after = count_creation(tb, n, settle, vanilla=False)
+    assert remote is not None
     out: dict[str, Any] = {"create_to_running": create}
     if with_delete:
         win = Window(tb)
         win.start()
         tb.run(tb.api("consumer").request("DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments/calls"))
-        wait_for(
+        wait_until(
             lambda: tb.count_pods(tb.consumer, ns) == 0 and tb.count_pods(tb.pool, remote) == 0,
             max(300.0, n), "the pods to be gone on both sides", 1.0,
         )  # fmt: skip
         time.sleep(settle)
         out["delete"] = summarize(win.stop(), n)
-    out["running_after_s"] = round(t_running, 1)
+    out["running_after_s"] = round(running_after, 1)
     tb.delete_namespace(tb.consumer, ns, wait=False)
     return out
 
@@ -290,11 +290,8 @@ def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
     ap.add_argument("--settle", type=float, default=10.0, help="seconds counted after all are Running")
     ap.add_argument("--no-vanilla", action="store_true")
     ap.add_argument("--no-delete", action="store_true")
-    common_args(ap)
-    args = ap.parse_args(argv)
+    args = parse_vk_args(ap, argv, "apicalls counts a VK's requests (vanilla runs as the baseline)")
     n = args.pods
-    if args.impl == "vanilla":
-        ap.error("apicalls counts a VK's requests: --impl vkbridge or liqo (vanilla runs as the baseline)")
     if tb is not None and not tb.audit_logs:
         raise ValueError("bench.apicalls needs a testbed with audit logs (TestbedOptions(audit=True))")
     result: dict[str, Any] = {"args": vars(args) | {"workdir": str(args.workdir)}, "pods": n}

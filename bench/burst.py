@@ -17,25 +17,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import common_args, drain, nodes_for, testbed_for, watch_reflection
-from bench.kubeapi import FirstSeen, wait_for, watch_phase
+from bench.harness import drain, nodes_for, parse_vk_args, run_figures, testbed_for, watch_reflection
+from bench.kubeapi import FirstSeen, watch_phase
 from bench.load import deployment
 from bench.measure import cpu_delta, loadavg, percentile, sched_delta
-from bench.pyspy import PySpy, top_frames
+from bench.pyspy import PySpy, profile_of
 from bench.report import TARGETS, say, table, write_results, yes_no
 from bench.scrape import vk_counters, vk_metrics_text
 from bench.testbed import Testbed
 from e2e.fixtures_pool import SLUG
-
-
-def _timeline(running: FirstSeen, t0: float, n: int) -> dict[str, float | None]:
-    times = [t - t0 for t in running.times()]
-
-    def at(frac: float) -> float | None:
-        k = max(1, round(frac * n))
-        return round(times[k - 1], 2) if len(times) >= k else None
-
-    return {"t50_s": at(0.5), "t90_s": at(0.9), "t99_s": at(0.99), "t100_s": at(1.0)}
+from e2e.waiting import wait_until
 
 
 def run_vanilla(tb: Testbed, n: int, tag: str, timeout: float) -> dict[str, Any]:
@@ -50,24 +41,13 @@ def run_vanilla(tb: Testbed, n: int, tag: str, timeout: float) -> dict[str, Any]
     body = deployment("burst", n, None)
     tb.run(tb.api("pool").request("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", body))
     ok = _wait_all(running, n, timeout, f"{n} vanilla pods Running")
-    elapsed = (running.times()[-1] - t0) if ok else None
     cpu = cpu_delta(cpu0, tb.cpu_snapshot())
-    sched = sched_delta(sched0, tb.sched_snapshot())
+    out = run_figures("vanilla", n, running, t0, ok, cpu, sched_delta(sched0, tb.sched_snapshot()))
     watch.cancel()
-    say(f"vanilla N={n}: {_secs(elapsed)}; cleaning up")
-    cleanup = drain(tb, tb.pool, ns, None, deployment="burst")
+    say(f"vanilla N={n}: {_secs(out['seconds'])}; cleaning up")
+    out["cleanup_seconds"] = drain(tb, tb.pool, ns, None, deployment="burst")
     tb.delete_namespace(tb.pool, ns, wait=False)
-    return {
-        "mode": "vanilla",
-        "n": n,
-        "seconds": None if elapsed is None else round(elapsed, 2),
-        "running": len(running),
-        "timeline": _timeline(running, t0, n),
-        "cpu_seconds": cpu,
-        "cpu_seconds_total": round(sum(cpu.values()), 1),
-        "sched": sched,
-        "cleanup_seconds": cleanup,
-    }
+    return out
 
 
 def run_reflected(tb: Testbed, n: int, tag: str, timeout: float, profile_dir: Path | None) -> dict[str, Any]:
@@ -87,23 +67,18 @@ def run_reflected(tb: Testbed, n: int, tag: str, timeout: float, profile_dir: Pa
         )
     )
     ok = _wait_all(running, n, timeout, f"{n} reflected pods Running at home")
-    elapsed = (running.times()[-1] - t0) if ok else None
     cpu = cpu_delta(cpu0, tb.cpu_snapshot())
-    sched = sched_delta(sched0, tb.sched_snapshot())
+    figures = run_figures("reflected", n, running, t0, ok, cpu, sched_delta(sched0, tb.sched_snapshot()))
     counters = {k: round(v - counters0.get(k, 0.0), 3) for k, v in _counters(tb).items()}
     rss1 = tb.vk_rss_mb()
-    profile = None
-    if spy is not None:
-        raw = spy.stop()
-        if raw is not None:
-            profile = {"file": str(raw), **top_frames(raw, 25)}
+    profile = profile_of(spy)
     for w in watches:
         w.cancel()
-    say(f"{tb.opts.impl} N={n}: {_secs(elapsed)}; cleaning up")
+    say(f"{tb.opts.impl} N={n}: {_secs(figures['seconds'])}; cleaning up")
     t_clean = time.monotonic()
     tb.run(tb.api("consumer").request("DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments/burst"))
     try:
-        wait_for(
+        wait_until(
             lambda: tb.count_pods(tb.consumer, ns) == 0 and tb.count_pods(tb.pool, remote) == 0,
             max(300.0, n * 0.3), "the burst's pods to be gone on both sides", 2.0,
         )  # fmt: skip
@@ -113,19 +88,12 @@ def run_reflected(tb: Testbed, n: int, tag: str, timeout: float, profile_dir: Pa
     tb.delete_namespace(tb.consumer, ns, wait=False)
     vk_cpu = cpu.get("vk", 0.0)
     return {
-        "mode": "reflected",
-        "n": n,
-        "seconds": None if elapsed is None else round(elapsed, 2),
-        "running": len(running),
-        "timeline": _timeline(running, t0, n),
+        **figures,
         "shadowpods_all_created_s": round(shadows.times()[-1] - t0, 2) if len(shadows) >= n else None,
         "remote_all_running_s": (
             round(remote_running.times()[-1] - t0, 2) if len(remote_running) >= n else None
         ),
         "bound_all_s": round(bound.times()[-1] - t0, 2) if len(bound) >= n else None,
-        "cpu_seconds": cpu,
-        "cpu_seconds_total": round(sum(cpu.values()), 1),
-        "sched": sched,
         "vk_cpu_seconds_per_1000_pods": round(vk_cpu / n * 1000, 2),
         "vk_rss_mb_before_after": [rss0, rss1],
         "vk_metrics_delta": counters or None,
@@ -141,7 +109,7 @@ def _counters(tb: Testbed) -> dict[str, float]:
 
 def _wait_all(seen: FirstSeen, n: int, timeout: float, what: str) -> bool:
     try:
-        wait_for(lambda: len(seen) >= n, timeout, what, 0.1)
+        wait_until(lambda: len(seen) >= n, timeout, what, 0.1)
         return True
     except TimeoutError as err:
         say(f"{err} ({len(seen)}/{n})")
@@ -154,11 +122,8 @@ def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per size and mode")
     ap.add_argument("--order", choices=("vanilla-first", "reflected-first"), default="vanilla-first")
     ap.add_argument("--timeout-per-pod", type=float, default=0.5, help="seconds per pod (at least 300 s)")
-    common_args(ap)
-    args = ap.parse_args(argv)
+    args = parse_vk_args(ap, argv, "burst compares a VK with vanilla")
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    if args.impl == "vanilla":
-        ap.error("burst compares a VK with vanilla: --impl vkbridge or liqo")
     runs: list[dict[str, Any]] = []
     with testbed_for(args, tb, nodes_for(max(sizes))) as tb:
         run = tb.describe()

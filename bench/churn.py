@@ -19,15 +19,16 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from bench.harness import common_args, drain, nodes_for, testbed_for, watch_reflection
-from bench.kubeapi import FirstSeen, wait_for
+from bench.harness import drain, nodes_for, parse_vk_args, testbed_for, watch_reflection
+from bench.kubeapi import FirstSeen
 from bench.load import Creations, paced
 from bench.measure import cpu_delta, distribution_ms, loadavg, sched_delta
-from bench.pyspy import PySpy, top_frames
+from bench.pyspy import PySpy, profile_of
 from bench.report import TARGETS, churn_line, say, table, write_results, yes_no
 from bench.scrape import histogram_from_text, vk_counters, vk_log_outbound, vk_metrics_text
 from bench.testbed import Testbed
 from e2e.fixtures_pool import SLUG
+from e2e.waiting import wait_until
 
 
 def latencies(a: Mapping[str, float], b: Mapping[str, float], names: set[str]) -> list[float]:
@@ -44,12 +45,9 @@ def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
         "--lifetime", type=float, default=30.0, help="seconds before each pod is deleted (0: never)"
     )
     ap.add_argument("--settle", type=float, default=60.0, help="max seconds to wait for the last pods")
-    common_args(ap)
-    args = ap.parse_args(argv)
+    args = parse_vk_args(ap, argv, "churn measures what a VK adds")
     if args.quick:
         args.duration, args.lifetime, args.settle = 30.0, 15.0, 30.0
-    if args.impl == "vanilla":
-        ap.error("churn measures what a VK adds: --impl vkbridge or liqo")
     total = int(args.rate * args.duration)
     live = total if args.lifetime <= 0 else int(args.rate * args.lifetime) + 1
     made = Creations()
@@ -71,21 +69,18 @@ def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
         job = tb.loop.submit(
             paced(tb.api("consumer"), ns, SLUG, args.rate, args.duration, args.lifetime, made)
         )
-        wait_for(lambda: len(sent) >= total, args.duration + 60, "the creations to be sent", 0.5)
+        wait_until(lambda: len(sent) >= total, args.duration + 60, "the creations to be sent", 0.5)
         created_in = time.monotonic() - t0
         load_mid = loadavg()
         achieved, answered = made.achieved_rate(), made.answered_rate()
         # Every pod should reach Running before its deletion; give the tail a bounded wait.
         try:
-            wait_for(lambda: len(running) >= total, args.settle, "the last pods to run at home", 0.5)
+            wait_until(lambda: len(running) >= total, args.settle, "the last pods to run at home", 0.5)
         except TimeoutError as err:
             say(f"{err}: {len(running)}/{total} Running at home")
         cpu = cpu_delta(cpu0, tb.cpu_snapshot())
         sched = sched_delta(sched0, tb.sched_snapshot())
-        profile = None
-        if spy is not None:
-            raw = spy.stop()
-            profile = {"file": str(raw), **top_frames(raw, 25)} if raw else None
+        profile = profile_of(spy)
         metrics_text = vk_metrics_text(tb.vk.opts.metrics_port)
         try:
             job.result(timeout=args.lifetime + 120)
@@ -95,8 +90,7 @@ def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
             w.cancel()
         vk_outbound_log = vk_log_outbound(tb.vk.log_text(), ns)
         rss = tb.vk_rss_mb()
-        error_lines = tb.vk_error_lines()
-        run["vk_alive_at_end"] = tb.vk.alive() if tb.vk is not None else None
+        run.update(tb.vk_at_end())
         load_after = loadavg()
         say("cleaning up")
         cleanup = drain(tb, tb.consumer, ns, remote)
@@ -144,7 +138,7 @@ def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
     vk_cpu = cpu.get("vk", 0.0)
     per_1000 = vk_cpu / max(1, len(sent)) * 1000
     print(f"created {len(sent)} pods in {created_in:.1f}s ({achieved} started/s, {answered} answered/s), "
-          f"{len(errors)} errors; {error_lines} error lines in the {run['impl']} log")  # fmt: skip
+          f"{len(errors)} errors; {run['vk_error_lines']} error lines in the {run['impl']} log")  # fmt: skip
     print(f"{run['impl']} CPU {vk_cpu:.1f}s ({per_1000:.1f}s per 1,000 pods), RSS {rss} MB")
     vs = sched.get("vk", {})
     on_cpu, waited = vs.get("on_cpu_s"), vs.get("runqueue_wait_s")
@@ -158,7 +152,6 @@ def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
             "pods_created": len(sent),
             "achieved_create_rate": achieved,
             "answered_create_rate": answered,
-            "vk_error_lines": error_lines,
             "creation_seconds": round(created_in, 1),
             "errors": errors[:50],
             "error_count": len(errors),

@@ -14,23 +14,13 @@ import sys
 import time
 from typing import Any
 
-from bench.harness import common_args, drain, nodes_for, testbed_for, workspace
-from bench.kubeapi import FirstSeen, wait_for, watch_phase
+from bench.harness import drain, nodes_for, parse_vanilla_args, run_figures, testbed_for, workspace
+from bench.kubeapi import FirstSeen, watch_phase
 from bench.load import Creations, all_at_once
 from bench.measure import cpu_delta, loadavg, sched_delta
 from bench.report import say, table, write_results, yes_no
 from bench.testbed import Testbed
-
-
-def timeline(running: FirstSeen, t0: float, n: int) -> dict[str, float | None]:
-    """Seconds from the first create until 50/90/99/100% of the n pods were first seen Running."""
-    times = [t - t0 for t in running.times()]
-
-    def at(frac: float) -> float | None:
-        k = max(1, round(frac * n))
-        return round(times[k - 1], 2) if len(times) >= k else None
-
-    return {"t50_s": at(0.5), "t90_s": at(0.9), "t99_s": at(0.99), "t100_s": at(1.0)}
+from e2e.waiting import wait_until
 
 
 def flood(tb: Testbed, n: int, args: argparse.Namespace, vanilla: bool) -> dict[str, Any]:
@@ -52,7 +42,7 @@ def _flood(tb: Testbed, n: int, args: argparse.Namespace, vanilla: bool) -> dict
     created_s = time.monotonic() - t0
     ok = True
     try:
-        wait_for(lambda: len(running) >= n, max(120.0, n * args.timeout_per_pod), f"{n} pods Running", 0.2)
+        wait_until(lambda: len(running) >= n, max(120.0, n * args.timeout_per_pod), f"{n} pods Running", 0.2)
     except TimeoutError as err:
         say(f"{err} ({len(running)}/{n})")
         ok = False
@@ -60,20 +50,13 @@ def _flood(tb: Testbed, n: int, args: argparse.Namespace, vanilla: bool) -> dict
     load1 = loadavg()
     watch.cancel()
     out = {
-        "mode": mode,
+        **run_figures(mode, n, running, t0, ok, cpu, sched),
         "isolated": tb.isolated,
-        "n": n,
-        "seconds": round(running.times()[-1] - t0, 2) if ok else None,
-        "running": len(running),
-        "timeline": timeline(running, t0, n),
         "all_created_s": round(created_s, 2),
         "achieved_create_rate": made.answered_rate(),
         "started_create_rate": made.achieved_rate(),
         "error_count": len(made.errors),
         "errors": made.errors[:20],
-        "cpu_seconds": cpu,
-        "cpu_seconds_total": round(sum(cpu.values()), 1),
-        "sched": sched,
         "loadavg_before": load0,
         "loadavg_after": load1,
     }
@@ -88,18 +71,12 @@ def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
     ap.add_argument("--sizes", default="1000", help="comma-separated N (e.g. 1000,5000)")
     ap.add_argument("--concurrency", type=int, default=100, help="create requests in flight")
     ap.add_argument("--timeout-per-pod", type=float, default=0.3, help="seconds per pod (at least 120 s)")
-    ap.add_argument("--with-vanilla", action="store_true", help="also vanilla (first) on the same testbed")
-    common_args(ap)
-    args = ap.parse_args(argv)
-    if args.impl == "vanilla" and args.isolate:
-        ap.error("--isolate pins a VK: vanilla has none (run it shared)")
+    args, modes = parse_vanilla_args(ap, argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    modes = [True] if args.impl == "vanilla" else ([True, False] if args.with_vanilla else [False])
     with testbed_for(args, tb, nodes_for(max(sizes))) as tb:
         run = tb.describe()
         runs = [flood(tb, n, args, vanilla) for n in sizes for vanilla in modes]
-        vk_errors = tb.vk_error_lines()
-        run["vk_alive_at_end"] = tb.vk.alive() if tb.vk is not None else None
+        run.update(tb.vk_at_end())
     print()
     rows = [[r["mode"], yes_no(r["isolated"]), r["n"], r["seconds"], r["timeline"]["t50_s"],
              r["timeline"]["t90_s"], r["all_created_s"], r["achieved_create_rate"], r["error_count"],
@@ -107,8 +84,7 @@ def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
     print(table(["mode", "isolated", "N", "all Running s", "t50 s", "t90 s", "created in s", "answered/s",
                  "errors", "load1"], rows))  # fmt: skip
     path = write_results(
-        "flood", {"args": vars(args) | {"workdir": str(args.workdir)}, **run, "runs": runs,
-                  "vk_error_lines": vk_errors},
+        "flood", {"args": vars(args) | {"workdir": str(args.workdir)}, **run, "runs": runs},
     )  # fmt: skip
     print(f"results: {path}")
     return 0

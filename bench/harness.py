@@ -14,12 +14,14 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from bench.kubeapi import FirstSeen, wait_for, watch_phase
+from bench.kubeapi import FirstSeen, watch_phase
 from bench.load import delete_pods
+from bench.measure import timeline
 from bench.report import say
 from bench.testbed import IMPLS, NODE_PODS, Testbed, TestbedOptions
 from e2e.controlplane import ControlPlane
 from e2e.fixtures_pool import SLUG
+from e2e.waiting import wait_until
 
 
 def nodes_for(pods: int) -> int:
@@ -46,6 +48,16 @@ def common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pod-workers", type=int, default=10, help="vkbridge --pod-reflection-workers")
 
 
+def parse_vk_args(ap: argparse.ArgumentParser, argv: list[str] | None, measures: str) -> argparse.Namespace:
+    """argv parsed with the common flags, for a script that measures a VK (``measures`` says what it
+    does with one): --impl vanilla, which has none, is refused."""
+    common_args(ap)
+    args = ap.parse_args(argv)
+    if args.impl == "vanilla":
+        ap.error(f"{measures}: --impl vkbridge or liqo")
+    return args
+
+
 def watch_reflection(
     tb: Testbed, ns: str, remote: str, running: FirstSeen, bound: FirstSeen, shadows: FirstSeen,
     remote_running: FirstSeen,
@@ -63,6 +75,40 @@ def watch_reflection(
         ),
         watch_phase(tb.api("pool"), tb.loop, f"/api/v1/namespaces/{remote}/pods", remote_running),
     ]
+
+
+def run_figures(
+    mode: str, n: int, running: FirstSeen, t0: float, ok: bool, cpu: dict[str, float], sched: dict[str, Any]
+) -> dict[str, Any]:
+    """What every burst and flood run reports the same way: seconds from ``t0`` until all ``n`` pods
+    ran (None when they did not: ``ok`` false), when each share did, and the CPU and run-queue time."""
+    return {
+        "mode": mode,
+        "n": n,
+        "seconds": round(running.times()[-1] - t0, 2) if ok else None,
+        "running": len(running),
+        "timeline": timeline(running.times(), t0, n),
+        "cpu_seconds": cpu,
+        "cpu_seconds_total": round(sum(cpu.values()), 1),
+        "sched": sched,
+    }
+
+
+def parse_vanilla_args(
+    ap: argparse.ArgumentParser, argv: list[str] | None
+) -> tuple[argparse.Namespace, list[bool]]:
+    """argv parsed with the common flags and --with-vanilla, for a script that also measures vanilla
+    (rate, flood); with the runs to make, vanilla first (True): only vanilla for --impl vanilla, both
+    with --with-vanilla, else only the VK's. --isolate pins a VK, so not vanilla."""
+    ap.add_argument(
+        "--with-vanilla", action="store_true", help="also the vanilla runs (first), on the same testbed"
+    )
+    common_args(ap)
+    args = ap.parse_args(argv)
+    if args.impl == "vanilla" and args.isolate:
+        ap.error("--isolate pins a VK: vanilla has none (run it shared)")
+    modes = [True] if args.impl == "vanilla" else ([True, False] if args.with_vanilla else [False])
+    return args, modes
 
 
 @contextlib.contextmanager
@@ -98,7 +144,7 @@ def drain(
         return tb.count_pods(plane, ns) == 0 and (remote is None or tb.count_pods(tb.pool, remote) == 0)
 
     try:
-        wait_for(gone, timeout, f"the pods of {ns} to be gone", 1.0)
+        wait_until(gone, timeout, f"the pods of {ns} to be gone", 1.0)
     except (TimeoutError, RuntimeError) as err:
         say(str(err))
         return None

@@ -32,17 +32,6 @@ Obj = dict[str, Any]
 USER_AGENT = "vkbridge-bench/1"
 
 
-def wait_for(cond: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
 class AsyncLoop:
     """An event loop in a daemon thread: watches and paced writers run there, the script stays sync."""
 

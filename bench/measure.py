@@ -133,6 +133,17 @@ def distribution_ms(seconds: Sequence[float]) -> dict[str, float | int | None]:
     }
 
 
+def timeline(times: Sequence[float], t0: float, n: int) -> dict[str, float | None]:
+    """Seconds from ``t0`` (the first create) until 50/90/99/100% of ``n`` pods were first seen Running,
+    from their first-seen times in order; None for a share never reached."""
+
+    def at(frac: float) -> float | None:
+        k = max(1, round(frac * n))
+        return round(times[k - 1] - t0, 2) if len(times) >= k else None
+
+    return {"t50_s": at(0.5), "t90_s": at(0.9), "t99_s": at(0.99), "t100_s": at(1.0)}
+
+
 def cpu_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
     return {k: round(after[k] - before.get(k, 0.0), 2) for k in after}
 

@@ -18,15 +18,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.harness import common_args, drain, nodes_for, testbed_for
-from bench.kubeapi import FirstSeen, wait_for, watch_phase
+from bench.harness import drain, nodes_for, parse_vk_args, testbed_for
+from bench.kubeapi import FirstSeen, watch_phase
 from bench.load import deployment
 from bench.measure import cpu_delta, loadavg, sched_delta
-from bench.pyspy import PySpy, top_frames
+from bench.pyspy import PySpy, profile_of
 from bench.report import TARGETS, say, table, write_results, yes_no
 from bench.testbed import Testbed
 from bench.traced import TracedVkbridge
 from e2e.fixtures_pool import SLUG
+from e2e.waiting import wait_until
 
 
 def _at_least(seen: FirstSeen, n: int) -> Callable[[], bool]:
@@ -42,11 +43,8 @@ def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
         "--tracemalloc", action="store_true", help="vkbridge under tracemalloc: top allocation sites per step"
     )
     ap.add_argument("--kcm-qps", type=int, default=100, help="controller-manager client QPS (0: default 20)")
-    common_args(ap)
-    args = ap.parse_args(argv)
+    args = parse_vk_args(ap, argv, "memory measures a VK")
     steps = sorted(int(s) for s in args.steps.split(",") if s.strip())
-    if args.impl == "vanilla":
-        ap.error("memory measures a VK: --impl vkbridge or liqo")
     if args.tracemalloc and args.impl != "vkbridge":
         ap.error("--tracemalloc runs vkbridge (Python) only")
     rows: list[dict[str, Any]] = []
@@ -85,17 +83,14 @@ def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
             )  # fmt: skip
             reached = True
             try:
-                wait_for(_at_least(running, step), args.step_timeout, f"{step} pods Running", 1.0)
+                wait_until(_at_least(running, step), args.step_timeout, f"{step} pods Running", 1.0)
             except TimeoutError as err:
                 say(f"{err}: {len(running)} Running")
                 reached = False
             took = time.monotonic() - t0
             cpu = cpu_delta(cpu0, tb.cpu_snapshot())
             sched = sched_delta(sched0, tb.sched_snapshot())
-            profile = None
-            if spy is not None:
-                raw = spy.stop()
-                profile = {"file": str(raw), **top_frames(raw, 25)} if raw else None
+            profile = profile_of(spy)
             cpu_settle0 = tb.vk_cpu()
             time.sleep(args.settle)
             idle_cpu = (tb.vk_cpu() - cpu_settle0) / args.settle

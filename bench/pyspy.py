@@ -8,6 +8,9 @@ import signal
 import subprocess
 from collections import Counter
 from pathlib import Path
+from typing import Any
+
+from e2e.procs import end_process
 
 
 class PySpy:
@@ -33,13 +36,15 @@ class PySpy:
     def stop(self) -> Path | None:
         if self.proc is None:
             return None
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        end_process(self.proc, 60, signal.SIGINT)  # SIGINT: py-spy writes its profile and exits
         return self.out if self.out.exists() else None
+
+
+def profile_of(spy: PySpy | None, n: int = 25) -> dict[str, Any] | None:
+    """Stop the profiler, when one runs, and summarize what it recorded: its file and top ``n`` frames
+    (None without a profiler or a profile)."""
+    raw = spy.stop() if spy is not None else None
+    return {"file": str(raw), **top_frames(raw, n)} if raw is not None else None
 
 
 def top_frames(collapsed: Path, n: int = 20, repo_only: bool = False) -> dict[str, list[tuple[str, float]]]:

@@ -21,12 +21,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.harness import common_args, drain, nodes_for, testbed_for, watch_reflection, workspace
-from bench.kubeapi import FirstSeen, wait_for, watch_phase
+from bench.harness import drain, nodes_for, parse_vanilla_args, testbed_for, watch_reflection, workspace
+from bench.kubeapi import FirstSeen, watch_phase
 from bench.load import Creations, paced
 from bench.measure import cpu_delta, distribution_ms, loadavg, percentile, sched_delta
 from bench.report import say, table, write_results, yes_no
 from bench.testbed import Testbed
+from e2e.waiting import wait_until
 
 SLO_S = 5.0
 
@@ -79,7 +80,7 @@ def _run_steps(tb: Testbed, args: argparse.Namespace, vanilla: bool) -> dict[str
         job.result(timeout=args.step + 120)
         names = set(made.sent)
         with contextlib.suppress(TimeoutError):
-            wait_for(all_seen(running, names), args.settle, "the step's pods Running", 0.2)
+            wait_until(all_seen(running, names), args.settle, "the step's pods Running", 0.2)
         cpu, sched = cpu_delta(cpu0, tb.cpu_snapshot()), sched_delta(sched0, tb.sched_snapshot())
         e2e = [running.at[n] - made.sent[n] if n in running.at else math.inf for n in names]
         p99 = percentile(e2e, 99) or math.inf
@@ -124,18 +125,12 @@ def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
     ap.add_argument("--rates", default="5,10,20,40,80,160", help="pods/s, one step each, in order")
     ap.add_argument("--step", type=float, default=20.0, help="seconds of creation per step")
     ap.add_argument("--settle", type=float, default=15.0, help="max seconds after a step for its pods to run")
-    ap.add_argument("--with-vanilla", action="store_true", help="also the vanilla steps (first)")
-    common_args(ap)
-    args = ap.parse_args(argv)
-    if args.impl == "vanilla" and args.isolate:
-        ap.error("--isolate pins a VK: vanilla has none (run it shared)")
+    args, modes = parse_vanilla_args(ap, argv)
     top = max(float(r) for r in args.rates.split(",") if r.strip())
-    modes = [True] if args.impl == "vanilla" else ([True, False] if args.with_vanilla else [False])
     with testbed_for(args, tb, nodes_for(int(top * args.step))) as tb:
         run = tb.describe()
         results = [run_steps(tb, args, vanilla) for vanilla in modes]
-        vk_errors = tb.vk_error_lines()
-        run["vk_alive_at_end"] = tb.vk.alive() if tb.vk is not None else None
+        run.update(tb.vk_at_end())
     print()
     rows = [
         [r["mode"], yes_no(r["isolated"]), s["rate"], s["pods"], s["achieved_create_rate"],
@@ -149,8 +144,7 @@ def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
     print(table(headers, rows))
     path = write_results(
         "rate",
-        {"args": vars(args) | {"workdir": str(args.workdir)}, **run, "slo_s": SLO_S, "results": results,
-         "vk_error_lines": vk_errors},
+        {"args": vars(args) | {"workdir": str(args.workdir)}, **run, "slo_s": SLO_S, "results": results},
     )  # fmt: skip
     print(f"results: {path}")
     for r in results:

@@ -26,13 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from bench.isolation import affinity, pin_tree, split_cores, thread_pinned
-from bench.kubeapi import Api, AsyncLoop, wait_for
+from bench.kubeapi import Api, AsyncLoop
 from bench.measure import REPO, cpu_seconds, mb, proc_status_kb, sched_seconds
 from bench.report import say, yes_no
 from bench.traced import TracedVkbridge
+from e2e.audit import audit_args
 from e2e.binaries import find_binaries
 from e2e.bundle import Bundle, create_bundle
 from e2e.controlplane import ControlPlane
@@ -44,7 +43,9 @@ from e2e.fakekubelet.node import CAPACITY
 from e2e.fixtures_pool import CONSUMER_ID, SLUG, offload_namespace
 from e2e.liqo_vk import LiqoVkProcess, ensure_foreign_cluster, extra_crds_dir
 from e2e.planes import CONSUMER_SERVICE_CIDR, POOL_SERVICE_CIDR
+from e2e.procs import end_process, start_or_stop
 from e2e.vkbridge_proc import VkbridgeOptions, VkbridgeProcess
+from e2e.waiting import wait_until
 
 T = TypeVar("T")
 IMPLS = ("vkbridge", "liqo", "vanilla")
@@ -59,15 +60,10 @@ BIG_GRANT = {"cpu": "1000", "memory": "4Ti", "pods": "20000", "ephemeral-storage
 NODE_PODS = int(CAPACITY["pods"])
 
 
-AUDIT_POLICY = {
-    "apiVersion": "audit.k8s.io/v1",
-    "kind": "Policy",
-    "omitStages": ["RequestReceived"],
-    "rules": [
-        {"level": "None", "nonResourceURLs": ["/metrics", "/livez*", "/readyz*", "/healthz*", "/version"]},
-        {"level": "Metadata"},
-    ],
-}
+AUDIT_RULES: list[dict[str, Any]] = [
+    {"level": "None", "nonResourceURLs": ["/metrics", "/livez*", "/readyz*", "/healthz*", "/version"]},
+    {"level": "Metadata"},
+]
 
 
 @dataclass
@@ -122,11 +118,7 @@ class Testbed:
     # -- lifecycle
 
     def __enter__(self) -> Testbed:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
+        start_or_stop(self.start, self.stop)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -141,16 +133,8 @@ class Testbed:
         bins = find_binaries()
         extra: dict[str, dict[str, list[str]]] = {"consumer": {}, "pool": {}}
         if self.opts.audit:
-            policy = self.work / "audit-policy.yaml"
-            policy.write_text(yaml.safe_dump(AUDIT_POLICY))
-            for name in extra:
-                self.audit_logs[name] = self.work / f"audit-{name}.log"
-                extra[name]["kube-apiserver"] = [
-                    f"--audit-policy-file={policy}",
-                    f"--audit-log-path={self.audit_logs[name]}",
-                    "--audit-log-format=json",
-                    "--audit-log-maxsize=0",
-                ]
+            self.audit_logs = {name: self.work / f"audit-{name}.log" for name in extra}
+            extra = audit_args(self.work / "audit-policy.yaml", AUDIT_RULES, self.audit_logs)
         if self.opts.kcm_qps:
             for name in extra:
                 qps = self.opts.kcm_qps
@@ -226,7 +210,7 @@ class Testbed:
             if self.isolated:
                 self.set_isolation(True)
             try:
-                wait_for(self._vk_ready, 120, f"the virtual node to be Ready ({self.opts.impl})", 0.5)
+                wait_until(self._vk_ready, 120, f"the virtual node to be Ready ({self.opts.impl})", 0.5)
                 break
             except RuntimeError as err:  # it exited: start it again, as its Deployment would
                 if attempt == START_ATTEMPTS:
@@ -294,6 +278,12 @@ class Testbed:
             "vk_alive": self.vk.alive() if self.vk else None,
         }
 
+    def vk_at_end(self) -> dict[str, Any]:
+        """What a script records of the VK once it is done: the error lines in its log and whether it
+        still runs (None without a VK)."""
+        alive = self.vk.alive() if self.vk is not None else None
+        return {"vk_error_lines": self.vk_error_lines(), "vk_alive_at_end": alive}
+
     def vk_error_lines(self) -> int:
         """Error lines in the VK's log: vkbridge's ` ERROR ` level, klog's `E<mmdd>` prefix for Liqo."""
         if self.vk is None:
@@ -321,7 +311,7 @@ class Testbed:
                 (node.get("status") or {}).get("capacity") or {}
             )
 
-        wait_for(granted, timeout, f"the grant {dict(resources)} on the ResourceSlice and the node", 0.5)
+        wait_until(granted, timeout, f"the grant {dict(resources)} on the ResourceSlice and the node", 0.5)
 
     def _start_tunnel(self) -> None:
         ready = self.work / "tunnel.ready"
@@ -330,7 +320,7 @@ class Testbed:
             [sys.executable, "-m", "bench.tunnel_proc", str(self.pool.port), str(ready)],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-        port: str = wait_for(
+        port: str = wait_until(
             lambda: (ready.exists() and ready.read_text().strip()) or None, 30, "the tunnel", 0.05
         )
         self.tunnel_url = f"https://127.0.0.1:{int(port)}"
@@ -382,13 +372,8 @@ class Testbed:
             self.set_isolation(False)  # the bench may start another testbed (bench.run_all)
 
     def _stop_tunnel(self) -> None:
-        if self.tunnel is not None and self.tunnel.poll() is None:
-            self.tunnel.terminate()
-            try:
-                self.tunnel.wait(5)
-            except subprocess.TimeoutExpired:
-                self.tunnel.kill()
-                self.tunnel.wait()
+        if self.tunnel is not None:
+            end_process(self.tunnel, 5)
 
     async def _close_apis(self) -> None:
         for api in self.apis.values():
@@ -407,7 +392,7 @@ class Testbed:
         if status not in (201, 409):
             raise RuntimeError(f"namespace {name} on {plane.name}: {status} {body}")
         sa = f"/api/v1/namespaces/{name}/serviceaccounts/default"
-        wait_for(lambda: plane.api("GET", sa)[0] == 200, 60, f"the default service account in {name}")
+        wait_until(lambda: plane.api("GET", sa)[0] == 200, 60, f"the default service account in {name}", 0.2)
 
     def offloaded_namespace(self, name: str) -> str:
         """A consumer namespace offloaded the GUIDE §3.7 way; returns its remote namespace."""
@@ -426,7 +411,7 @@ class Testbed:
         if not wait:
             return 0.0
         try:
-            wait_for(lambda: plane.api("GET", f"/api/v1/namespaces/{name}")[0] == 404, timeout, name, 1.0)
+            wait_until(lambda: plane.api("GET", f"/api/v1/namespaces/{name}")[0] == 404, timeout, name, 1.0)
         except TimeoutError:
             return math.inf
         return time.monotonic() - t0

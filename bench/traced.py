@@ -12,9 +12,9 @@ import threading
 import time
 from pathlib import Path
 
-from bench.kubeapi import wait_for
 from bench.measure import REPO
 from e2e.vkbridge_proc import VkbridgeProcess
+from e2e.waiting import wait_until
 
 
 class TracedVkbridge(VkbridgeProcess):
@@ -35,7 +35,7 @@ class TracedVkbridge(VkbridgeProcess):
     def snapshot(self, label: str, timeout: float = 300) -> Path:
         out = self.trace_dir / f"{label}.txt"
         (self.trace_dir / "request").write_text(label)
-        wait_for(lambda: out.exists(), timeout, f"the tracemalloc snapshot {label}", 1.0)
+        wait_until(lambda: out.exists(), timeout, f"the tracemalloc snapshot {label}", 1.0)
         return out
 
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import contextlib
 import datetime as dt
-from collections.abc import Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, TypeVar, Unpack
 
 import yaml
 from cryptography import x509
@@ -32,6 +33,7 @@ from e2e.emulator.grant import b64, granted
 from e2e.emulator.kube import ApiError, Kube, Obj, api_path
 from e2e.emulator.offloading import namespacemap_body
 from e2e.emulator.rbac import ensure_pool_tenant, ensure_vk_clusterrole
+from e2e.pki import key_pem as private_pem
 
 if TYPE_CHECKING:
     from e2e.controlplane import ControlPlane
@@ -90,12 +92,6 @@ def make_csr(key: ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey, cn: st
     return csr.public_bytes(serialization.Encoding.PEM)
 
 
-def private_pem(key: ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
 def kubeconfig_dict(server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, name: str) -> dict[str, Any]:
     """A client-certificate kubeconfig that verifies the server against ca_pem (never insecure)."""
     return {
@@ -115,40 +111,23 @@ def kubeconfig_dict(server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes,
     }
 
 
-async def _upsert(kube: Kube, collection: str, body: Obj, *, merge_spec: bool = True) -> Obj:
+async def _upsert(kube: Kube, collection: str, body: Obj) -> Obj:
     """Create, or update metadata labels/annotations and spec of the existing object."""
-    try:
-        return await kube.create(collection, body)
-    except ApiError as e:
-        if not e.already_exists:
-            raise
-    path = f"{collection}/{body['metadata']['name']}"
-    for _ in range(5):
-        cur = await kube.get(path)
-        md = cur["metadata"]
-        md["labels"] = {**(md.get("labels") or {}), **(body["metadata"].get("labels") or {})}
-        md["annotations"] = {**(md.get("annotations") or {}), **(body["metadata"].get("annotations") or {})}
+
+    def merged(cur: Obj) -> Obj:
+        md, want = cur["metadata"], body["metadata"]
+        md["labels"] = {**(md.get("labels") or {}), **(want.get("labels") or {})}
+        md["annotations"] = {**(md.get("annotations") or {}), **(want.get("annotations") or {})}
         for k, v in body.items():
-            if k not in ("metadata", "status", "apiVersion", "kind") and (merge_spec or k != "spec"):
+            if k not in ("metadata", "status", "apiVersion", "kind"):
                 cur[k] = v
-        try:
-            return await kube.update(path, cur)
-        except ApiError as e:
-            if not e.conflict:
-                raise
-    raise RuntimeError(f"could not update {path}: conflicts")
+        return cur
+
+    return await kube.create_or_update(collection, body, merged)
 
 
 async def _put_status(kube: Kube, path: str, status: Obj) -> None:
-    for _ in range(5):
-        cur = await kube.get(path)
-        try:
-            await kube.update(f"{path}/status", {**cur, "status": status})
-            return
-        except ApiError as e:
-            if not e.conflict:
-                raise
-    raise RuntimeError(f"could not set status of {path}: conflicts")
+    await kube.read_modify_write(path, lambda cur: {**cur, "status": status}, sub="status")
 
 
 async def create_bundle_async(
@@ -226,37 +205,18 @@ async def create_bundle_async(
         ],
     }  # fmt: skip
     rs_labels = n.replication_labels(slug)
-    rs_ann = {n.CREATE_VIRTUAL_NODE: "true"}
-    rs_coll = api_path(n.AUTH, n.RESOURCESLICES, tenant)
-    await _upsert(
-        consumer_kube,
-        rs_coll,
-        {
-            "apiVersion": n.AUTH,
-            "kind": "ResourceSlice",
-            "metadata": {"name": slug, "namespace": tenant, "labels": rs_labels, "annotations": rs_ann},
-            "spec": rs_spec,
-        },
+    # The consumer's ResourceSlice and its replicated copy on the pool.
+    sides = (
+        (consumer_kube, tenant, rs_labels),
+        (pool_kube, remote_tenant, n.labels_for_remote(rs_labels, consumer_id)),
     )
-    pool_rs_coll = api_path(n.AUTH, n.RESOURCESLICES, remote_tenant)
-    await _upsert(
-        pool_kube,
-        pool_rs_coll,
-        {
-            "apiVersion": n.AUTH,
-            "kind": "ResourceSlice",
-            "metadata": {
-                "name": slug,
-                "namespace": remote_tenant,
-                "labels": n.labels_for_remote(rs_labels, consumer_id),
-                "annotations": rs_ann,
-            },
-            "spec": rs_spec,
-        },
-    )
-    # Status on both sides, as after replication: the emulator then finds nothing to re-sign.
-    await _put_status(pool_kube, f"{pool_rs_coll}/{slug}", rs_status)
-    await _put_status(consumer_kube, f"{rs_coll}/{slug}", rs_status)
+    for kube, ns, labels in sides:
+        md = {"name": slug, "namespace": ns, "labels": labels, "annotations": {n.CREATE_VIRTUAL_NODE: "true"}}
+        body = {"apiVersion": n.AUTH, "kind": "ResourceSlice", "metadata": md, "spec": rs_spec}
+        await _upsert(kube, api_path(n.AUTH, n.RESOURCESLICES, ns), body)
+    # Status on both sides (pool first), as after replication: the emulator then finds nothing to re-sign.
+    for kube, ns, _labels in reversed(sides):
+        await _put_status(kube, api_path(n.AUTH, n.RESOURCESLICES, ns, slug), rs_status)
 
     await _upsert(
         consumer_kube,
@@ -308,35 +268,33 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return ex.submit(asyncio.run, coro).result()
 
 
-def create_bundle(
-    consumer: ControlPlane,
-    pool: ControlPlane,
-    *,
-    slug: str,
-    consumer_id: str,
-    pool_server_url: str,
-    grant: Mapping[str, str] | None = None,
-    cert_lifetime: dt.timedelta = dt.timedelta(days=365),
-    key_type: KeyType = "ed25519",
-) -> Bundle:
+@contextlib.asynccontextmanager
+async def _admin_kubes(consumer: ControlPlane, pool: ControlPlane) -> AsyncIterator[tuple[Kube, Kube]]:
+    """Admin clients of both planes, closed on the way out."""
+    async with (
+        Kube.from_kubeconfig(consumer.admin_kubeconfig, name="consumer") as ck,
+        Kube.from_kubeconfig(pool.admin_kubeconfig, name="pool") as pk,
+    ):
+        yield ck, pk
+
+
+class PeeringOptions(TypedDict):
+    """The keyword arguments of create_bundle_async (defaults there), which create_bundle passes on."""
+
+    slug: str
+    consumer_id: str
+    pool_server_url: str
+    grant: NotRequired[Mapping[str, str] | None]
+    cert_lifetime: NotRequired[dt.timedelta]
+    key_type: NotRequired[KeyType]
+
+
+def create_bundle(consumer: ControlPlane, pool: ControlPlane, **peering: Unpack[PeeringOptions]) -> Bundle:
     """Apply a peering bundle between two control planes (idempotent: a second call refreshes it)."""
 
     async def go() -> Bundle:
-        async with (
-            Kube.from_kubeconfig(consumer.admin_kubeconfig, name="consumer") as ck,
-            Kube.from_kubeconfig(pool.admin_kubeconfig, name="pool") as pk,
-        ):
-            return await create_bundle_async(
-                ck,
-                pk,
-                Signer(pool.ca.cert, pool.ca.key),
-                slug=slug,
-                consumer_id=consumer_id,
-                pool_server_url=pool_server_url,
-                grant=grant,
-                cert_lifetime=cert_lifetime,
-                key_type=key_type,
-            )
+        async with _admin_kubes(consumer, pool) as (ck, pk):
+            return await create_bundle_async(ck, pk, Signer(pool.ca.cert, pool.ca.key), **peering)
 
     return run_sync(go())
 
@@ -345,10 +303,7 @@ def delete_bundle(consumer: ControlPlane, pool: ControlPlane, bundle: Bundle) ->
     """Remove both tenant namespaces (without waiting for them to go)."""
 
     async def go() -> None:
-        async with (
-            Kube.from_kubeconfig(consumer.admin_kubeconfig, name="consumer") as ck,
-            Kube.from_kubeconfig(pool.admin_kubeconfig, name="pool") as pk,
-        ):
+        async with _admin_kubes(consumer, pool) as (ck, pk):
             await ck.delete(api_path("v1", "namespaces", name=bundle.tenant_ns))
             await pk.delete(api_path("v1", "namespaces", name=bundle.remote_tenant_ns))
 

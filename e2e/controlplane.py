@@ -35,17 +35,17 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 import yaml
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPublicKeyTypes
 
 from e2e.binaries import REPO, find_binaries
 from e2e.pki import CertAuthority, Issued, rsa_key_pair, write_pem
+from e2e.waiting import wait_until
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 STOP_GRACE_S = 10.0
 FRONT_PROXY_CN = "front-proxy-client"
@@ -75,16 +75,8 @@ def free_port() -> int:
     raise PlaneError("no free loopback port")
 
 
-def wait_for(cond: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1) -> T:
-    """Poll cond until it returns a truthy value; raises TimeoutError naming what was awaited."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = cond()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+# The harness's one poll (e2e/waiting.py), by the name the plane fixtures and tests import from here.
+wait_for = wait_until
 
 
 @dataclass
@@ -554,12 +546,9 @@ class ControlPlane:
         return [
             str(self.bin["kube-apiserver"]),
             f"--etcd-servers={self.etcd_url}",
-            f"--bind-address={self.ip}",
+            *self._serving_flags(self.port, "apiserver"),
             f"--advertise-address={self.ip}",
-            f"--secure-port={self.port}",
             f"--cert-dir={pki}",
-            f"--tls-cert-file={pki / 'apiserver.crt'}",
-            f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
             "--authorization-mode=Node,RBAC",
             f"--service-account-issuer={self.url}",
@@ -598,11 +587,17 @@ class ControlPlane:
             f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
+            *self._serving_flags(port, f"{comp}-serving"),
+            "--leader-elect=false",
+        ]
+
+    def _serving_flags(self, port: int, pem_stem: str) -> list[str]:
+        """How a component serves HTTPS: on the plane's IP, with its plane-CA pair pki/<pem_stem>.crt|key."""
+        return [
             f"--bind-address={self.ip}",
             f"--secure-port={port}",
-            f"--tls-cert-file={self._pki / f'{comp}-serving.crt'}",
-            f"--tls-private-key-file={self._pki / f'{comp}-serving.key'}",
-            "--leader-elect=false",
+            f"--tls-cert-file={self._pki / f'{pem_stem}.crt'}",
+            f"--tls-private-key-file={self._pki / f'{pem_stem}.key'}",
         ]
 
     def _kcm_argv(self) -> list[str]:

@@ -20,8 +20,10 @@ import uuid
 from typing import IO, Any
 
 from e2e.binaries import find_binaries
-from e2e.controlplane import ControlPlane, free_port, wait_for
+from e2e.controlplane import ControlPlane, free_port
 from e2e.pki import write_pem
+from e2e.procs import end_process, log_tail, start_or_stop
+from e2e.waiting import wait_until
 from e2e.workers.host import NODE_IP_RANGE, NodeAddresses, pick_free, used_ipv4
 
 log = logging.getLogger(__name__)
@@ -45,11 +47,7 @@ class MetricsServer:
         self._created: list[str] = []
 
     def start(self, timeout: float = 90) -> MetricsServer:
-        try:
-            self._start(timeout)
-        except BaseException:
-            self.stop()
-            raise
+        start_or_stop(lambda: self._start(timeout), self.stop)
         return self
 
     def _start(self, timeout: float) -> None:
@@ -82,7 +80,7 @@ class MetricsServer:
         self._log = (self.dir / "metrics-server.log").open("wb")
         self.popen = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT)
         self._register()
-        wait_for(self._available, timeout, f"{self.plane.name}: APIService {GROUP_VERSION} Available", 1.0)
+        wait_until(self._available, timeout, f"{self.plane.name}: APIService {GROUP_VERSION} Available", 1.0)
         log.info("%s: metrics-server at %s:%d", self.plane.name, self.ip, self.port)
 
     def _post(self, path: str, body: dict[str, Any], item: str) -> None:
@@ -118,19 +116,12 @@ class MetricsServer:
         return any(c.get("type") == "Available" and c.get("status") == "True" for c in conds)
 
     def log_tail(self, n: int = 30) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join((self.dir / "metrics-server.log").read_text(errors="replace").splitlines()[-n:])
-        return ""
+        return log_tail(self.dir / "metrics-server.log", n)
 
     def stop(self) -> None:
         """End the process (TERM, then KILL), delete what was created (newest first), remove the address."""
-        if self.popen is not None and self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(10)
+        if self.popen is not None:
+            end_process(self.popen, 10)
         self.popen = None
         if self._log is not None:
             self._log.close()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import ssl
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +69,60 @@ def write_pem(path: Path, data: bytes, mode: int = 0o600) -> Path:
         f.write(data)
     os.chmod(path, mode)
     return path
+
+
+def leaf_builder(
+    subject: x509.Name,
+    issuer: x509.Name,
+    public_key: CertificateIssuerPublicKeyTypes,
+    not_before: dt.datetime,
+    not_after: dt.datetime,
+    *,
+    server: bool = False,
+    client: bool = False,
+    ips: Sequence[str] = (),
+    dns: Sequence[str] = (),
+) -> x509.CertificateBuilder:
+    """The leaf certificate every issuer here makes (the test CAs, the pool emulator's signer).
+
+    Not a CA; digital signature (plus key encipherment for an RSA key); the asked-for extended usages and
+    subject alternative names. The caller adds what its issuer adds (e.g. an authority key identifier).
+    """
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH] * server + [ExtendedKeyUsageOID.CLIENT_AUTH] * client
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=isinstance(public_key, rsa.RSAPublicKey),
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+    )
+    sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
+    sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+    return builder.add_extension(x509.SubjectAlternativeName(sans), critical=False) if sans else builder
+
+
+def load_cert_chain(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    """ssl loads a chain only from files: through a private temp directory, removed at once."""
+    with tempfile.TemporaryDirectory(prefix="tls-") as d:
+        ctx.load_cert_chain(write_pem(Path(d) / "tls.crt", cert_pem), write_pem(Path(d) / "tls.key", key_pem))
 
 
 @dataclass
@@ -158,39 +214,19 @@ class CertAuthority:
         now = dt.datetime.now(dt.UTC)
         end = not_after if not_after is not None else now + (lifetime or DEFAULT_LIFETIME)
         start = now - _SKEW if end > now - _SKEW else end - dt.timedelta(hours=1)
-        usages = [ExtendedKeyUsageOID.SERVER_AUTH] * server + [ExtendedKeyUsageOID.CLIENT_AUTH] * client
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(_name(cn, orgs))
-            .issuer_name(self.cert.subject)
-            .public_key(public_key)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(start)
-            .not_valid_after(end)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=isinstance(public_key, rsa.RSAPublicKey),
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.cert.public_key()),  # type: ignore[arg-type]
-                critical=False,
-            )
+        builder = leaf_builder(
+            _name(cn, orgs),
+            self.cert.subject,
+            public_key,
+            start,
+            end,
+            server=server,
+            client=client,
+            ips=ips,
+            dns=dns,
+        ).add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(self.cert.public_key()),  # type: ignore[arg-type]
+            critical=False,
         )
-        sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
-        sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
-        if sans:
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())
         return Issued(cert.public_bytes(serialization.Encoding.PEM), key_pem(key) if key else None)

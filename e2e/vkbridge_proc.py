@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from e2e.controlplane import free_port
+from e2e.procs import end_process
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -106,14 +106,7 @@ class VkbridgeProcess:
     def stop(self, timeout: float = 10.0) -> int | None:
         if self.proc is None:
             return self.exit_code
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.exit_code = self.proc.returncode
+        self.exit_code = end_process(self.proc, timeout)
         return self.exit_code
 
     def kill(self) -> None:

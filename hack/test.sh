@@ -23,8 +23,9 @@ step "import-linter (layers of DESIGN.md section 2)"
 lint-imports || status=1
 
 # One pytest session; exit 5 (nothing collected) is a failure here.
+# --durations: the slowest tests of each session in the log, where CI time goes (issue 16).
 run_pytest() {
-  "${PYTHON:-python3}" -m pytest "$@"
+  "${PYTHON:-python3}" -m pytest --durations=25 --durations-min=5 "$@"
   local rc=$?
   if [ "$rc" -eq 5 ]; then
     echo "pytest collected no tests: that is a failure here"

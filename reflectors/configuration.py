@@ -32,8 +32,7 @@ from reflectors.forge.configuration import (
     SKIP_SA_TOKEN,
     configmap_skip_reason,
     copy_matches,
-    forge_remote_configmap,
-    forge_remote_secret,
+    forge_remote_copy,
     missing_message,
     needs_recreate,
     other_node_marks,
@@ -467,8 +466,8 @@ class ConfigurationReflector(PairReflector[ConfigPair]):
     # ------------------------------------------------------------------------------------------ helpers
 
     def _forge(self, pair: ConfigPair, kind: str, local: Mapping[str, Any]) -> dict[str, Any]:
-        forge = forge_remote_secret if kind == SECRET else forge_remote_configmap
-        return forge(
+        return forge_remote_copy(
+            kind,
             local,
             remote_ns=pair.remote,
             local_id=self.ctx.local_cluster_id,

@@ -7,7 +7,6 @@ the pool API server's client CA, so what we sign really authenticates there.
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,9 @@ from cryptography.hazmat.primitives.asymmetric.types import (
     CertificateIssuerPrivateKeyTypes,
     CertificateIssuerPublicKeyTypes,
 )
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import NameOID
+
+from e2e.pki import key_pem, leaf_builder, new_ec_key
 
 # Backdating absorbs second truncation of x509 times; short enough to keep 2/3-of-lifetime tests tight.
 _BACKDATE = dt.timedelta(seconds=5)
@@ -78,36 +79,17 @@ class Signer:
         dns: tuple[str, ...] = (),
     ) -> bytes:
         now = dt.datetime.now(dt.UTC).replace(microsecond=0)
-        usages = [ExtendedKeyUsageOID.CLIENT_AUTH] * client + [ExtendedKeyUsageOID.SERVER_AUTH] * server
-        b = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(self.cert.subject)
-            .public_key(public_key)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _BACKDATE)
-            .not_valid_after(now + lifetime)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=isinstance(public_key, rsa.RSAPublicKey),
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        b = leaf_builder(
+            subject,
+            self.cert.subject,
+            public_key,
+            now - _BACKDATE,
+            now + lifetime,
+            server=server,
+            client=client,
+            ips=ips,
+            dns=dns,
         )
-        sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
-        sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
-        if sans:
-            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         return b.sign(self.key, _hash_for(self.key)).public_bytes(serialization.Encoding.PEM)
 
     def sign_csr(self, csr: x509.CertificateSigningRequest, lifetime: dt.timedelta) -> bytes:
@@ -116,13 +98,10 @@ class Signer:
 
     def serving_cert(self, lifetime: dt.timedelta, ips: tuple[str, ...]) -> tuple[bytes, bytes]:
         """(cert PEM, key PEM) for a local HTTPS server (the quota webhook)."""
-        key = ec.generate_private_key(ec.SECP256R1())
+        key = new_ec_key()
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "liqo-webhook-emulator")])
         cert = self.sign(name, key.public_key(), lifetime, client=False, server=True, ips=ips)
-        key_pem = key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        return cert, key_pem
+        return cert, key_pem(key)
 
 
 class CsrError(ValueError):

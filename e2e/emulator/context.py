@@ -54,6 +54,11 @@ class Env:
             )
         return self._informers[k]
 
+    def replicated(self, gv: str, plural: str) -> Informer:
+        """The copies the CRD replicator keeps in the pool tenant namespace (what Liqo's provider watches)."""
+        path = api_path(gv, plural, self.cfg.pool_tenant)
+        return self.informer(self.pool, path, label_selector=f"{n.REPLICATION_STATUS}=true")
+
     @property
     def informers(self) -> list[Informer]:
         return list(self._informers.values())

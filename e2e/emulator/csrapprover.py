@@ -12,7 +12,7 @@ import logging
 
 from .context import Env
 from .kube import api_path
-from .runtime import Controller, obj_key
+from .runtime import Controller, OneController
 
 log = logging.getLogger(__name__)
 
@@ -20,16 +20,11 @@ CERTIFICATES = "certificates.k8s.io/v1"
 REQUESTOR_PREFIX = "system:serviceaccount:liqo-tenant-"
 
 
-class CsrApprover:
+class CsrApprover(OneController):
     def __init__(self, env: Env) -> None:
         self.env = env
         self.csrs = env.informer(env.consumer, api_path(CERTIFICATES, "certificatesigningrequests"))
-        self.ctrl = Controller("csr-approver", self.reconcile)
-        self.csrs.on_change(lambda o: self.ctrl.enqueue(obj_key(o)))
-
-    @property
-    def controllers(self) -> list[Controller]:
-        return [self.ctrl]
+        self.ctrl = Controller("csr-approver", self.reconcile).follow(self.csrs)
 
     async def reconcile(self, key: str) -> float | None:
         csr = self.csrs.get(key)

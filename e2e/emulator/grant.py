@@ -22,7 +22,7 @@ from . import names as n
 from .certs import CsrError, check_subject, load_csr, renewal_due_at, same_public_key
 from .context import Env
 from .kube import Obj, api_path
-from .runtime import Controller, obj_key
+from .runtime import Controller, OneController
 
 log = logging.getLogger(__name__)
 
@@ -68,21 +68,11 @@ def current_cert(auth_params: Obj | None) -> x509.Certificate | None:
         return None
 
 
-class Grant:
+class Grant(OneController):
     def __init__(self, env: Env) -> None:
         self.env = env
-        cfg = env.cfg
-        self.slices = env.informer(
-            env.pool,
-            api_path(n.AUTH, n.RESOURCESLICES, cfg.pool_tenant),
-            label_selector=f"{n.REPLICATION_STATUS}=true",
-        )
-        self.ctrl = Controller("resourceslice", self.reconcile)
-        self.slices.on_change(lambda o: self.ctrl.enqueue(obj_key(o)))
-
-    @property
-    def controllers(self) -> list[Controller]:
-        return [self.ctrl]
+        self.slices = env.replicated(n.AUTH, n.RESOURCESLICES)
+        self.ctrl = Controller("resourceslice", self.reconcile).follow(self.slices)
 
     def api_server(self) -> str:
         return self.env.cfg.api_server_url or self.env.pool.creds.server

@@ -1,27 +1,23 @@
 """A minimal Kubernetes API client over aiohttp, raw JSON dicts in and out.
 
 The emulator plays Liqo's controllers, so it must not share code with vkbridge: this is its own client.
-TLS is always verified against the kubeconfig's CA; a kubeconfig asking to skip verification is refused.
+TLS is always verified against the kubeconfig's CA (e2e.kubeconfig refuses a kubeconfig asking to skip it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import logging
-import os
-import ssl
-import tempfile
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-import yaml
+
+from e2e.kubeconfig import Credentials, client_ssl_context, read_kubeconfig
 
 log = logging.getLogger(__name__)
 
@@ -57,75 +53,6 @@ class WatchExpired(Exception):
     """The watch's resourceVersion is too old (410 Gone): the caller must list again."""
 
 
-@dataclass(frozen=True, repr=False)
-class Credentials:
-    """What a kubeconfig context amounts to; repr hides the key."""
-
-    server: str
-    ca_pem: bytes
-    cert_pem: bytes | None = None
-    key_pem: bytes | None = None
-    token: str | None = None
-
-    def __repr__(self) -> str:
-        return f"Credentials(server={self.server!r})"
-
-
-def _data(entry: Mapping[str, Any], key: str, base: Path | None) -> bytes | None:
-    if entry.get(f"{key}-data"):
-        return base64.b64decode(entry[f"{key}-data"])
-    if entry.get(key):
-        p = Path(entry[key])
-        if not p.is_absolute() and base is not None:
-            p = base / p
-        return p.read_bytes()
-    return None
-
-
-def credentials_from_kubeconfig(src: Path | str | Mapping[str, Any]) -> Credentials:
-    """Credentials of the current context of a kubeconfig given as a path or a parsed dict."""
-    base: Path | None = None
-    if isinstance(src, Mapping):
-        cfg: Mapping[str, Any] = src
-    else:
-        path = Path(src)
-        base = path.parent
-        cfg = yaml.safe_load(path.read_text())
-    ctx_name = cfg.get("current-context") or cfg["contexts"][0]["name"]
-    ctx = next(c["context"] for c in cfg["contexts"] if c["name"] == ctx_name)
-    cluster = next(c["cluster"] for c in cfg["clusters"] if c["name"] == ctx["cluster"])
-    user = next(u["user"] for u in cfg["users"] if u["name"] == ctx["user"])
-    if cluster.get("insecure-skip-tls-verify"):
-        raise ValueError("kubeconfig asks for insecure-skip-tls-verify: refused")
-    ca = _data(cluster, "certificate-authority", base)
-    if ca is None:
-        raise ValueError("kubeconfig has no certificate authority: refused")
-    token = user.get("token")
-    if not token and user.get("tokenFile"):
-        token = Path(user["tokenFile"]).read_text().strip()
-    return Credentials(
-        server=cluster["server"].rstrip("/"),
-        ca_pem=ca,
-        cert_pem=_data(user, "client-certificate", base),
-        key_pem=_data(user, "client-key", base),
-        token=token,
-    )
-
-
-def ssl_context(creds: Credentials) -> ssl.SSLContext:
-    """A verifying client context; the key goes through a private temp file that is removed at once."""
-    ctx = ssl.create_default_context(cadata=creds.ca_pem.decode())
-    if creds.cert_pem and creds.key_pem:
-        with tempfile.TemporaryDirectory(prefix="emu-tls-") as d:
-            cert_f, key_f = Path(d) / "c.pem", Path(d) / "k.pem"
-            for f, data in ((cert_f, creds.cert_pem), (key_f, creds.key_pem)):
-                fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-            ctx.load_cert_chain(cert_f, key_f)
-    return ctx
-
-
 def api_path(
     gv: str, plural: str, namespace: str | None = None, name: str | None = None, sub: str | None = None
 ) -> str:
@@ -147,13 +74,13 @@ class Kube:
     def __init__(self, creds: Credentials, *, name: str = "kube") -> None:
         self.creds = creds
         self.name = name
-        self._ssl = ssl_context(creds)
+        self._ssl = client_ssl_context(creds)
         self._session: aiohttp.ClientSession | None = None
         self._watch_session: aiohttp.ClientSession | None = None
 
     @classmethod
     def from_kubeconfig(cls, src: Path | str | Mapping[str, Any], *, name: str = "kube") -> Kube:
-        return cls(credentials_from_kubeconfig(src), name=name)
+        return cls(read_kubeconfig(src), name=name)
 
     def _headers(self) -> dict[str, str]:
         h = {"Accept": "application/json"}
@@ -262,6 +189,25 @@ class Kube:
             if not e.already_exists:
                 raise
         return await self.get(f"{path}/{quote(body['metadata']['name'])}")
+
+    async def read_modify_write(self, path: str, change: Callable[[Obj], Obj], *, sub: str = "") -> Obj:
+        """PUT ``change(current)`` to path (or its subresource); a lost race (409 Conflict) reads again."""
+        for _ in range(5):
+            try:
+                return await self.update(f"{path}/{sub}" if sub else path, change(await self.get(path)))
+            except ApiError as e:
+                if not e.conflict:
+                    raise
+        raise RuntimeError(f"could not update {path}: conflicts")
+
+    async def create_or_update(self, collection: str, body: Obj, merge: Callable[[Obj], Obj]) -> Obj:
+        """Create, or PUT ``merge(current)`` over the existing object."""
+        try:
+            return await self.create(collection, body)
+        except ApiError as e:
+            if not e.already_exists:
+                raise
+        return await self.read_modify_write(f"{collection}/{quote(body['metadata']['name'])}", merge)
 
     async def watch(
         self,

@@ -5,13 +5,14 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from e2e.procs import end_process, log_tail
 
 REPO = Path(__file__).resolve().parents[2]
 _STOP_GRACE_S = 10.0
@@ -42,10 +43,7 @@ class EmulatorHandle:
         return self.proc is not None and self.proc.poll() is None
 
     def log_tail(self, n: int = 60) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return "(no log)"
+        return log_tail(self.log_path, n, "(no log)")
 
     def start(self, timeout: float = 60.0) -> EmulatorHandle:
         self.ready_file.unlink(missing_ok=True)
@@ -70,13 +68,8 @@ class EmulatorHandle:
     def stop(self) -> None:
         """SIGTERM (the emulator unregisters its webhook), SIGKILL after a grace period; idempotent."""
         atexit.unregister(self.stop)
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=_STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            end_process(self.proc, _STOP_GRACE_S)
         self._close_log()
 
     def kill(self) -> None:

@@ -12,7 +12,7 @@ import logging
 from . import names as n
 from .context import Env
 from .kube import ApiError, Obj, api_path
-from .runtime import Controller, obj_key
+from .runtime import Controller, OneController
 
 log = logging.getLogger(__name__)
 
@@ -21,25 +21,16 @@ class _Hard(Exception):
     """Creation failed for a reason retrying will not fix (the name is taken by a foreign namespace)."""
 
 
-class ProviderNamespaces:
+class ProviderNamespaces(OneController):
     def __init__(self, env: Env) -> None:
         self.env = env
         cfg = env.cfg
-        self.maps = env.informer(
-            env.pool,
-            api_path(n.OFFLOADING, n.NAMESPACEMAPS, cfg.pool_tenant),
-            label_selector=f"{n.REPLICATION_STATUS}=true",
-        )
+        self.maps = env.replicated(n.OFFLOADING, n.NAMESPACEMAPS)
         self.namespaces = env.informer(
             env.pool, api_path("v1", "namespaces"), label_selector=f"{n.REMOTE_CLUSTER_ID}={cfg.consumer_id}"
         )
-        self.ctrl = Controller("namespacemap", self.reconcile)
-        self.maps.on_change(lambda o: self.ctrl.enqueue(obj_key(o)))
+        self.ctrl = Controller("namespacemap", self.reconcile).follow(self.maps)
         self.namespaces.on_change(self._on_namespace)
-
-    @property
-    def controllers(self) -> list[Controller]:
-        return [self.ctrl]
 
     def _on_namespace(self, ns: Obj) -> None:
         owner = (ns["metadata"].get("annotations") or {}).get(n.NS_MANAGED_BY_MAP)

@@ -21,25 +21,18 @@ moment, and admits the pod as is.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import copy
 import datetime as dt
 import json
 import logging
-import ssl
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 from . import names as n
-from .certs import Signer
 from .context import Env
 from .kube import Obj, api_path
-from .rbac import apply
 from .runtime import Controller
+from .webhook import WebhookServer
 
 log = logging.getLogger(__name__)
 
@@ -154,26 +147,33 @@ def json_patch(changes: Obj) -> list[Obj]:
 
 # ---- the webhook ------------------------------------------------------------------------------------
 
+_WEBHOOK: Obj = {
+    "name": WEBHOOK_NAME,
+    "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+    "namespaceSelector": {"matchLabels": {SCHEDULING_LABEL: "true"}},
+    "failurePolicy": "Ignore",
+}
+
 
 class PodWebhook:
     def __init__(self, env: Env) -> None:
         if env.consumer_signer is None:
             raise ValueError("the pod webhook needs the consumer CA (--consumer-ca-cert/--consumer-ca-key)")
         self.env = env
-        self.signer: Signer = env.consumer_signer
+        self.server = WebhookServer(
+            env.consumer, "MutatingWebhookConfiguration", CONFIG_NAME, WEBHOOK_PATH, env.consumer_signer
+        )
         self.nsos = env.informer(env.consumer, api_path(n.OFFLOADING, n.NAMESPACEOFFLOADINGS))
         self.label_ctrl = Controller("pod-webhook-scheduling-label", self.reconcile_label)
         self.nsos.on_change(lambda o: self.label_ctrl.enqueue(o["metadata"]["namespace"]))
-        self._runner: web.AppRunner | None = None
-        self.port = 0
 
     @property
     def controllers(self) -> list[Controller]:
         return [self.label_ctrl]
 
     @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}{WEBHOOK_PATH}"
+    def port(self) -> int:
+        return self.server.port
 
     def nso(self, namespace: str) -> Obj | None:
         return self.nsos.get(f"{namespace}/{n.OFFLOADING_NAME}")
@@ -212,82 +212,17 @@ class PodWebhook:
         patch = base64.b64encode(json.dumps(json_patch(changes)).encode()).decode()
         return {"allowed": True, "patchType": "JSONPatch", "patch": patch}
 
-    async def _handle(self, request: web.Request) -> web.Response:
-        review: dict[str, Any] = await request.json()
-        req = review.get("request") or {}
+    def _answer(self, req: Obj) -> Obj:
         try:
-            resp = self.review(req)
+            return self.review(req)
         except Exception as e:  # a malformed object must not crash the server; say why
             log.exception("pod webhook: review failed")
-            resp = {"allowed": False, "status": {"code": 400, "message": f"emulated pod webhook error: {e}"}}
-        return web.json_response(
-            {
-                "apiVersion": review.get("apiVersion") or "admission.k8s.io/v1",
-                "kind": "AdmissionReview",
-                "response": {"uid": req.get("uid", ""), **resp},
-            }
-        )
+            return {"allowed": False, "status": {"code": 400, "message": f"emulated pod webhook error: {e}"}}
 
     async def start(self) -> None:
-        cert_pem, key_pem = self.signer.serving_cert(_SERVING_LIFETIME, ("127.0.0.1",))
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        with tempfile.TemporaryDirectory(prefix="emu-podwebhook-") as d:
-            (Path(d) / "c.pem").write_bytes(cert_pem)
-            kf = Path(d) / "k.pem"
-            kf.touch(mode=0o600)
-            kf.write_bytes(key_pem)
-            ctx.load_cert_chain(Path(d) / "c.pem", kf)
-        app = web.Application()
-        app.router.add_post(WEBHOOK_PATH, self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ctx)
-        await site.start()
-        server: Any = site._server
-        self.port = int(server.sockets[0].getsockname()[1])
-        await apply(
-            self.env.consumer, api_path(n.ADMISSIONREG, "mutatingwebhookconfigurations"), self.config()
-        )
-        log.info("pod webhook serving on %s", self.url)
-
-    def config(self) -> Obj:
-        return {
-            "apiVersion": n.ADMISSIONREG,
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": CONFIG_NAME, "labels": {"liqo.io/webhook": "true"}},
-            "webhooks": [
-                {
-                    "name": WEBHOOK_NAME,
-                    "clientConfig": {
-                        "url": self.url,
-                        "caBundle": base64.b64encode(self.signer.ca_pem).decode(),
-                    },
-                    "rules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE"],
-                            "resources": ["pods"],
-                        }
-                    ],
-                    "namespaceSelector": {"matchLabels": {SCHEDULING_LABEL: "true"}},
-                    "failurePolicy": "Ignore",
-                    "sideEffects": "None",
-                    "admissionReviewVersions": ["v1"],
-                    "timeoutSeconds": 10,
-                }
-            ],
-        }
+        await self.server.serve(self._answer, _SERVING_LIFETIME)
+        await self.server.register({"liqo.io/webhook": "true"}, _WEBHOOK)
+        log.info("pod webhook serving on %s", self.server.url)
 
     async def stop(self) -> None:
-        """Unregister (only if the registration is still ours), then stop serving."""
-        try:
-            async with asyncio.timeout(5):
-                path = api_path(n.ADMISSIONREG, "mutatingwebhookconfigurations", name=CONFIG_NAME)
-                cur = await self.env.consumer.get_or_none(path)
-                if cur and cur.get("webhooks", [{}])[0].get("clientConfig", {}).get("url") == self.url:
-                    await self.env.consumer.delete(path, uid=cur["metadata"]["uid"])
-        except Exception as e:
-            log.warning("pod webhook: could not unregister: %s", e)
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self.server.stop()

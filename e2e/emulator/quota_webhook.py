@@ -12,29 +12,34 @@ Admitted ShadowPods are reserved in memory until the cache sees them, so a burst
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import logging
-import ssl
-import tempfile
 import time
 from fractions import Fraction
-from pathlib import Path
-from typing import Any
-
-from aiohttp import web
 
 from . import names as n
 from . import quantity as q
 from .context import Env
 from .kube import Obj, api_path
-from .rbac import apply
 from .runtime import obj_key
+from .webhook import WebhookServer
 
 log = logging.getLogger(__name__)
 
 _PENDING_TTL_S = 30.0
 WEBHOOK_PATH = "/validate/shadowpods"
+_WEBHOOK: Obj = {
+    "name": n.WEBHOOK_NAME,
+    "rules": [
+        {
+            "apiGroups": ["offloading.liqo.io"],
+            "apiVersions": ["v1beta1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["shadowpods"],
+            "scope": "Namespaced",
+        }
+    ],
+    "failurePolicy": "Fail",
+}
 
 
 def pod_cost(pod_spec: Obj) -> dict[str, Fraction]:
@@ -69,19 +74,19 @@ def check(cost: dict[str, Fraction], grant: dict[str, str], used: dict[str, Frac
 class QuotaWebhook:
     def __init__(self, env: Env) -> None:
         self.env = env
-        cfg = env.cfg
         self.shadows = env.informer(env.pool, api_path(n.OFFLOADING, n.SHADOWPODS))
-        self.slices = env.informer(
-            env.pool,
-            api_path(n.AUTH, n.RESOURCESLICES, cfg.pool_tenant),
-            label_selector=f"{n.REPLICATION_STATUS}=true",
-        )
+        self.slices = env.replicated(n.AUTH, n.RESOURCESLICES)
         self._pending: dict[str, tuple[dict[str, Fraction], float]] = {}
         self._held: dict[str, dict[str, Fraction]] = {}
         self._total: dict[str, Fraction] = {}
         self.shadows.on_change(self._account)
-        self._runner: web.AppRunner | None = None
-        self.port = 0
+        self.server = WebhookServer(
+            env.pool, "ValidatingWebhookConfiguration", n.WEBHOOK_NAME, WEBHOOK_PATH, env.signer
+        )
+
+    @property
+    def port(self) -> int:
+        return self.server.port
 
     # ---- accounting -------------------------------------------------------------------------------
 
@@ -163,85 +168,22 @@ class QuotaWebhook:
 
     # ---- HTTPS server and registration -----------------------------------------------------------
 
-    async def _handle(self, request: web.Request) -> web.Response:
-        review: dict[str, Any] = await request.json()
-        req = review.get("request") or {}
+    def _answer(self, req: Obj) -> Obj:
         try:
             allowed, msg = self.review(req)
         except Exception as e:  # a malformed object must not crash the server; say why
             log.exception("webhook: review failed")
             allowed, msg = False, f"emulated quota webhook error: {e}"
-        resp: Obj = {"uid": req.get("uid", ""), "allowed": allowed}
-        if not allowed:
-            resp["status"] = {"code": 403, "reason": "Forbidden", "message": msg}
-            log.info("webhook: denied %s/%s: %s", req.get("namespace"), req.get("name"), msg)
-        return web.json_response(
-            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
-        )
+        if allowed:
+            return {"allowed": True}
+        log.info("webhook: denied %s/%s: %s", req.get("namespace"), req.get("name"), msg)
+        return {"allowed": False, "status": {"code": 403, "reason": "Forbidden", "message": msg}}
 
     async def start(self) -> None:
-        cert_pem, key_pem = self.env.signer.serving_cert(self.env.cfg.cert_lifetime, ("127.0.0.1",))
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        with tempfile.TemporaryDirectory(prefix="emu-webhook-") as d:
-            (Path(d) / "c.pem").write_bytes(cert_pem)
-            kf = Path(d) / "k.pem"
-            kf.touch(mode=0o600)
-            kf.write_bytes(key_pem)
-            ctx.load_cert_chain(Path(d) / "c.pem", kf)
-        app = web.Application()
-        app.router.add_post(WEBHOOK_PATH, self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.env.cfg.webhook_port, ssl_context=ctx)
-        await site.start()
-        server: Any = site._server
-        self.port = int(server.sockets[0].getsockname()[1])
-        await self.register()
-        log.info("quota webhook serving on https://127.0.0.1:%d%s", self.port, WEBHOOK_PATH)
-
-    async def register(self) -> None:
-        await apply(
-            self.env.pool,
-            api_path(n.ADMISSIONREG, "validatingwebhookconfigurations"),
-            {
-                "apiVersion": n.ADMISSIONREG,
-                "kind": "ValidatingWebhookConfiguration",
-                "metadata": {"name": n.WEBHOOK_NAME, "labels": {n.K8S_MANAGED_BY: "liqo"}},
-                "webhooks": [
-                    {
-                        "name": n.WEBHOOK_NAME,
-                        "clientConfig": {
-                            "url": f"https://127.0.0.1:{self.port}{WEBHOOK_PATH}",
-                            "caBundle": base64.b64encode(self.env.signer.ca_pem).decode(),
-                        },
-                        "rules": [
-                            {
-                                "apiGroups": ["offloading.liqo.io"],
-                                "apiVersions": ["v1beta1"],
-                                "operations": ["CREATE", "UPDATE"],
-                                "resources": ["shadowpods"],
-                                "scope": "Namespaced",
-                            }
-                        ],
-                        "failurePolicy": "Fail",
-                        "sideEffects": "None",
-                        "admissionReviewVersions": ["v1"],
-                        "timeoutSeconds": 10,
-                    }
-                ],
-            },
-        )
+        await self.server.serve(self._answer, self.env.cfg.cert_lifetime, self.env.cfg.webhook_port)
+        await self.server.register({n.K8S_MANAGED_BY: "liqo"}, _WEBHOOK)
+        log.info("quota webhook serving on %s", self.server.url)
 
     async def stop(self) -> None:
         """Unregister first (a dead webhook with failurePolicy Fail blocks every ShadowPod), then stop."""
-        try:
-            async with asyncio.timeout(5):
-                path = api_path(n.ADMISSIONREG, "validatingwebhookconfigurations", name=n.WEBHOOK_NAME)
-                cur = await self.env.pool.get_or_none(path)
-                url = f"https://127.0.0.1:{self.port}{WEBHOOK_PATH}"
-                if cur and cur.get("webhooks", [{}])[0].get("clientConfig", {}).get("url") == url:
-                    await self.env.pool.delete(path, uid=cur["metadata"]["uid"])
-        except Exception as e:
-            log.warning("webhook: could not unregister: %s", e)
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self.server.stop()

@@ -8,98 +8,66 @@ from __future__ import annotations
 from typing import Any
 
 from . import names as n
-from .kube import ApiError, Kube, Obj, api_path
+from .kube import Kube, Obj, api_path
 
 TENANT_ROLE = "liqo-tenant-identity"
 
+_ALL_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
+_READ = ("get", "list", "watch")
+
+
+def _rule(
+    group: str, resources: list[str], verbs: tuple[str, ...], names: list[str] | None = None
+) -> dict[str, Any]:
+    """One PolicyRule, a line each like the kubebuilder markers it comes from."""
+    rule: dict[str, Any] = {"apiGroups": [group], "resources": resources}
+    if names is not None:
+        rule["resourceNames"] = names
+    rule["verbs"] = list(verbs)
+    return rule
+
+
 # pkg/virtualKubelet/roles/remote/role.go (Liqo v1.2), verbatim.
 VK_REMOTE_RULES: list[dict[str, Any]] = [
-    {
-        "apiGroups": [""],
-        "resources": ["configmaps", "services", "secrets"],
-        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-    },
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get", "list"]},
-    {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]},
-    {"apiGroups": [""], "resources": ["pods/attach"], "verbs": ["create"]},
-    {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["get", "create"]},
-    {
-        "apiGroups": [""],
-        "resources": ["persistentvolumeclaims"],
-        "verbs": ["get", "list", "watch", "create", "delete", "update", "patch"],
-    },
-    {
-        "apiGroups": [""],
-        "resources": ["events"],
-        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-    },
-    {"apiGroups": ["metrics.k8s.io"], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-    {
-        "apiGroups": ["networking.k8s.io"],
-        "resources": ["ingresses"],
-        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-    },
-    {
-        "apiGroups": ["offloading.liqo.io"],
-        "resources": ["shadowpods"],
-        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-    },
-    {
-        "apiGroups": ["offloading.liqo.io"],
-        "resources": ["shadowendpointslices"],
-        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-    },
+    _rule("", ["configmaps", "services", "secrets"], _ALL_VERBS),
+    _rule("", ["pods"], _READ),
+    _rule("", ["pods/log"], ("get", "list")),
+    _rule("", ["pods/exec"], ("create",)),
+    _rule("", ["pods/attach"], ("create",)),
+    _rule("", ["pods/portforward"], ("get", "create")),
+    _rule("", ["persistentvolumeclaims"], ("get", "list", "watch", "create", "delete", "update", "patch")),
+    _rule("", ["events"], _ALL_VERBS),
+    _rule("metrics.k8s.io", ["pods"], _READ),
+    _rule("networking.k8s.io", ["ingresses"], _ALL_VERBS),
+    _rule("offloading.liqo.io", ["shadowpods"], _ALL_VERBS),
+    _rule("offloading.liqo.io", ["shadowendpointslices"], _ALL_VERBS),
 ]
 
 
 def tenant_rules(slug: str) -> list[dict[str, Any]]:
     """In its pool tenant namespace the tenant may ask for renewals and read its own slice and map."""
     return [
-        {
-            "apiGroups": ["authentication.liqo.io"],
-            "resources": ["renews"],
-            "verbs": ["create", "get", "list", "watch", "delete"],
-        },
-        {
-            "apiGroups": ["authentication.liqo.io"],
-            "resources": ["resourceslices"],
-            "resourceNames": [slug],
-            "verbs": ["get"],
-        },
-        {
-            "apiGroups": ["offloading.liqo.io"],
-            "resources": ["namespacemaps"],
-            "resourceNames": [slug],
-            "verbs": ["get"],
-        },
+        _rule("authentication.liqo.io", ["renews"], ("create", "get", "list", "watch", "delete")),
+        _rule("authentication.liqo.io", ["resourceslices"], ("get",), names=[slug]),
+        _rule("offloading.liqo.io", ["namespacemaps"], ("get",), names=[slug]),
     ]
 
 
 async def apply(kube: Kube, collection: str, body: Obj) -> Obj:
     """Create, or replace the existing object's rules/subjects/labels keeping its resourceVersion."""
-    try:
-        return await kube.create(collection, body)
-    except ApiError as e:
-        if not e.already_exists:
-            raise
     path = f"{collection}/{body['metadata']['name']}"
-    for _ in range(5):
-        cur = await kube.get(path)
-        merged = {**cur, **{k: v for k, v in body.items() if k != "metadata"}}
-        merged["metadata"] = {
-            **cur["metadata"],
-            "labels": {**cur["metadata"].get("labels", {}), **body["metadata"].get("labels", {})},
-        }
-        if "roleRef" in body and cur.get("roleRef") != body["roleRef"]:
-            await kube.delete(path, uid=cur["metadata"]["uid"])  # roleRef is immutable
-            return await kube.create(collection, body)
-        try:
-            return await kube.update(path, merged)
-        except ApiError as e:
-            if not e.conflict:
-                raise
-    raise RuntimeError(f"could not apply {path}: conflicts")
+    if "roleRef" in body:  # roleRef is immutable: a binding to another role is deleted first
+        cur = await kube.get_or_none(path)
+        if cur is not None and cur.get("roleRef") != body["roleRef"]:
+            await kube.delete(path, uid=cur["metadata"]["uid"])
+
+    def merged(cur: Obj) -> Obj:
+        out = {**cur, **{k: v for k, v in body.items() if k != "metadata"}}
+        labels = {**cur["metadata"].get("labels", {}), **body["metadata"].get("labels", {})}
+        out["metadata"] = {**cur["metadata"], "labels": labels}
+        return out
+
+    return await kube.create_or_update(collection, body, merged)
 
 
 async def ensure_vk_clusterrole(pool: Kube) -> None:
@@ -129,26 +97,18 @@ async def ensure_pool_tenant(pool: Kube, consumer_id: str, slug: str) -> str:
             },
         },
     )
-    labels = {n.K8S_MANAGED_BY: "liqo", n.REMOTE_CLUSTER_ID: consumer_id}
-    await apply(
-        pool,
-        api_path(n.RBAC, "roles", ns),
-        {
-            "apiVersion": n.RBAC,
-            "kind": "Role",
-            "metadata": {"name": TENANT_ROLE, "namespace": ns, "labels": labels},
-            "rules": tenant_rules(slug),
-        },
-    )
-    await apply(
-        pool,
-        api_path(n.RBAC, "rolebindings", ns),
-        {
-            "apiVersion": n.RBAC,
-            "kind": "RoleBinding",
-            "metadata": {"name": TENANT_ROLE, "namespace": ns, "labels": labels},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": consumer_id}],
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TENANT_ROLE},
-        },
-    )
+    metadata = {
+        "name": TENANT_ROLE,
+        "namespace": ns,
+        "labels": {n.K8S_MANAGED_BY: "liqo", n.REMOTE_CLUSTER_ID: consumer_id},
+    }
+    group = "rbac.authorization.k8s.io"
+    role = {"rules": tenant_rules(slug)}
+    binding = {
+        "subjects": [{"apiGroup": group, "kind": "Group", "name": consumer_id}],
+        "roleRef": {"apiGroup": group, "kind": "Role", "name": TENANT_ROLE},
+    }
+    for kind, plural, content in (("Role", "roles", role), ("RoleBinding", "rolebindings", binding)):
+        body = {"apiVersion": n.RBAC, "kind": kind, "metadata": metadata, **content}
+        await apply(pool, api_path(n.RBAC, plural, ns), body)
     return ns

@@ -21,7 +21,7 @@ from .certs import CsrError, check_subject, load_csr, same_public_key
 from .context import Env
 from .grant import b64, current_cert
 from .kube import Obj, api_path
-from .runtime import Controller, obj_key
+from .runtime import Controller, OneController
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +40,12 @@ def _public_key_matches(csr: x509.CertificateSigningRequest, given: bytes) -> bo
     return given.rstrip(b"\0") in candidates or given in candidates
 
 
-class Renewals:
+class Renewals(OneController):
     def __init__(self, env: Env) -> None:
         self.env = env
         self.renews = env.informer(env.pool, api_path(n.AUTH, n.RENEWS, env.cfg.pool_tenant))
-        self.ctrl = Controller("renew", self.reconcile)
-        self.renews.on_change(lambda o: self.ctrl.enqueue(obj_key(o)))
+        self.ctrl = Controller("renew", self.reconcile).follow(self.renews)
         self._refused: dict[str, str] = {}  # key -> sha256 of the CSR already refused (one event each)
-
-    @property
-    def controllers(self) -> list[Controller]:
-        return [self.ctrl]
 
     async def reconcile(self, key: str) -> float | None:
         renew = self.renews.get(key)

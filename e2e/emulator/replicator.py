@@ -14,7 +14,7 @@ from collections.abc import Callable
 from . import names as n
 from .context import Env
 from .kube import Kube, Obj, api_path
-from .runtime import Controller, Informer
+from .runtime import Controller, Informer, OneController
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 REPLICATED = ((n.OFFLOADING, n.NAMESPACEMAPS, "NamespaceMap"), (n.AUTH, n.RESOURCESLICES, "ResourceSlice"))
 
 
-class Replicator:
+class Replicator(OneController):
     def __init__(self, env: Env) -> None:
         self.env = env
         cfg = env.cfg
@@ -43,10 +43,6 @@ class Replicator:
 
     def _enqueuer(self, plural: str) -> Callable[[Obj], None]:
         return lambda o: self.ctrl.enqueue(f"{plural}/{o['metadata']['name']}")
-
-    @property
-    def controllers(self) -> list[Controller]:
-        return [self.ctrl]
 
     async def reconcile(self, key: str) -> float | None:
         plural, name = key.split("/", 1)

@@ -150,6 +150,12 @@ class Controller:
             self._queued.add(key)
             self._queue.put_nowait(key)
 
+    def follow(self, *informers: Informer) -> Controller:
+        """Queue the key of every object these informers see change (the common wiring); returns self."""
+        for inf in informers:
+            inf.on_change(lambda o: self.enqueue(obj_key(o)))
+        return self
+
     def enqueue_after(self, key: str, delay: float) -> None:
         old = self._timers.pop(key, None)
         if old is not None:
@@ -199,6 +205,16 @@ class Controller:
             for t in self._timers.values():
                 t.cancel()
             self._timers.clear()
+
+
+class OneController:
+    """A component run by one work queue, ``self.ctrl`` (what app.run starts is ``controllers``)."""
+
+    ctrl: Controller
+
+    @property
+    def controllers(self) -> list[Controller]:
+        return [self.ctrl]
 
 
 async def wait_synced(*informers: Informer, timeout: float = 60.0) -> None:

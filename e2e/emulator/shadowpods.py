@@ -13,7 +13,7 @@ import logging
 from . import names as n
 from .context import Env
 from .kube import ApiError, Obj, api_path
-from .runtime import Controller, obj_key
+from .runtime import Controller, OneController
 
 log = logging.getLogger(__name__)
 
@@ -51,20 +51,15 @@ def controller_uid(pod: Obj) -> str | None:
     return None
 
 
-class ShadowPods:
+class ShadowPods(OneController):
     def __init__(self, env: Env) -> None:
         self.env = env
         self.shadows = env.informer(env.pool, api_path(n.OFFLOADING, n.SHADOWPODS))
         self.pods = env.informer(
             env.pool, api_path("v1", "pods"), label_selector=f"{n.MANAGED_BY}={n.MANAGED_BY_SHADOWPOD}"
         )
-        self.ctrl = Controller("shadowpod", self.reconcile, workers=env.cfg.shadowpod_workers)
-        self.shadows.on_change(lambda o: self.ctrl.enqueue(obj_key(o)))
-        self.pods.on_change(lambda o: self.ctrl.enqueue(obj_key(o)))
-
-    @property
-    def controllers(self) -> list[Controller]:
-        return [self.ctrl]
+        workers = env.cfg.shadowpod_workers
+        self.ctrl = Controller("shadowpod", self.reconcile, workers=workers).follow(self.shadows, self.pods)
 
     async def reconcile(self, key: str) -> float | None:
         sp = self.shadows.get(key)

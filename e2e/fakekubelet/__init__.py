@@ -6,7 +6,7 @@ SPDY/3.1, as a real kubelet does) so that ``kubectl logs``/``exec`` through the 
 Test infrastructure only: it runs pod commands on this machine.
 """
 
-from .launcher import FakeKubeletHandle, launch_fake_kubelets, launch_fake_kubelets_async
+from .launcher import FakeKubeletHandle, launch_fake_kubelets
 from .podspec import ANN_EXIT_AFTER, ANN_EXIT_CODE, ANN_FAIL_START
 
 __all__ = [
@@ -15,5 +15,4 @@ __all__ = [
     "ANN_FAIL_START",
     "FakeKubeletHandle",
     "launch_fake_kubelets",
-    "launch_fake_kubelets_async",
 ]

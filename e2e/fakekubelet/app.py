@@ -11,7 +11,9 @@ import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .kubeclient import KubeClient, load_kubeconfig
+from e2e.kubeconfig import read_kubeconfig
+
+from .kubeclient import KubeClient
 from .node import NodeAgent
 from .pods import PodContext
 from .podwatch import watch_node_pods
@@ -52,7 +54,7 @@ async def run(opts: Options, stop: asyncio.Event) -> int:
     opts.workdir.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         (opts.workdir / READY_FILE).unlink()
-    cfg = load_kubeconfig(opts.kubeconfig)
+    cfg = read_kubeconfig(opts.kubeconfig)
     client = KubeClient(cfg, connections=opts.status_concurrency + 2 * len(opts.nodes) + 20)
     tracker = GroupTracker(opts.workdir)
     writer = StatusWriter(client, opts.status_concurrency)

@@ -7,20 +7,15 @@ independent node agent, and raw dicts keep 5,000-pod watches cheap.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
-import os
 import random
-import ssl
-import tempfile
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
+
+from e2e.kubeconfig import Credentials, client_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -35,69 +30,6 @@ class ApiError(Exception):
         super().__init__(f"{method} {path}: HTTP {status}: {reason}")
         self.status = status
         self.body = body
-
-
-@dataclass(frozen=True)
-class Kubeconfig:
-    server: str
-    ca_pem: bytes
-    cert_pem: bytes | None
-    key_pem: bytes | None
-    token: str | None
-
-
-def _data_or_file(entry: Mapping[str, Any], key: str, base: Path) -> bytes | None:
-    if entry.get(f"{key}-data"):
-        return base64.b64decode(entry[f"{key}-data"])
-    if entry.get(key):
-        return (base / str(entry[key])).read_bytes()
-    return None
-
-
-def load_kubeconfig(path: Path) -> Kubeconfig:
-    doc = yaml.safe_load(path.read_text())
-    ctx_name = doc.get("current-context") or doc["contexts"][0]["name"]
-    ctx = next(c["context"] for c in doc["contexts"] if c["name"] == ctx_name)
-    cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == ctx["cluster"])
-    user: dict[str, Any] = next(
-        (u["user"] for u in doc.get("users") or [] if u["name"] == ctx.get("user")), {}
-    )
-    user = user or {}
-    if cluster.get("insecure-skip-tls-verify"):
-        raise ValueError("refusing a kubeconfig with insecure-skip-tls-verify")
-    base = path.parent
-    ca = _data_or_file(cluster, "certificate-authority", base)
-    if ca is None:
-        raise ValueError("kubeconfig has no certificate-authority; TLS must be verified")
-    token = user.get("token")
-    if not token and user.get("tokenFile"):
-        token = (base / user["tokenFile"]).read_text().strip()
-    return Kubeconfig(
-        server=str(cluster["server"]).rstrip("/"),
-        ca_pem=ca,
-        cert_pem=_data_or_file(user, "client-certificate", base),
-        key_pem=_data_or_file(user, "client-key", base),
-        token=token,
-    )
-
-
-def load_cert_chain(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
-    """ssl only loads chains from files: write them to a private temp dir and remove it at once."""
-    with tempfile.TemporaryDirectory(prefix="fkl-tls-") as tmp:
-        cert = Path(tmp) / "tls.crt"
-        key = Path(tmp) / "tls.key"
-        cert.write_bytes(cert_pem)
-        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(key_pem)
-        ctx.load_cert_chain(cert, key)
-
-
-def client_ssl_context(cfg: Kubeconfig) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cadata=cfg.ca_pem.decode())
-    if cfg.cert_pem and cfg.key_pem:
-        load_cert_chain(ctx, cfg.cert_pem, cfg.key_pem)
-    return ctx
 
 
 def _params(params: Mapping[str, Any] | None) -> list[tuple[str, str]]:
@@ -116,7 +48,7 @@ class KubeClient:
 
     RETRIES = 6
 
-    def __init__(self, cfg: Kubeconfig, *, connections: int = 100) -> None:
+    def __init__(self, cfg: Credentials, *, connections: int = 100) -> None:
         self._cfg = cfg
         self._ssl = client_ssl_context(cfg)
         self._connections = connections

@@ -16,6 +16,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from e2e.procs import end_process, log_tail
+
 from .app import READY_FILE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,20 +39,11 @@ class FakeKubeletHandle:
         return self.process.poll() is None
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""
+        return log_tail(self.log_path, lines)
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM (the process kills its containers), SIGKILL if needed, then sweep leftover groups."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end_process(self.process, timeout)
         pgids = self.workdir / "pgids"
         if pgids.is_dir():
             for entry in pgids.iterdir():
@@ -143,18 +136,3 @@ def launch_fake_kubelets(
     handle.info = json.loads(ready.read_text())
     handle.ports = {k: int(v) for k, v in handle.info["ports"].items()}
     return handle
-
-
-async def launch_fake_kubelets_async(
-    kubeconfig: Path,
-    nodes: list[str],
-    serving_cert: bytes,
-    serving_key: bytes,
-    workdir: Path,
-    no_exec: bool = False,
-    **kwargs: Any,
-) -> FakeKubeletHandle:
-    """The same, off the event loop, for async tests and fixtures."""
-    return await asyncio.to_thread(
-        launch_fake_kubelets, kubeconfig, nodes, serving_cert, serving_key, workdir, no_exec, **kwargs
-    )

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import random
 import uuid
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from .kubeclient import MERGE, STRATEGIC, ApiError, KubeClient
@@ -94,27 +95,20 @@ def node_object(name: str, port: int, since: str, declare_ws: bool) -> Json:
     }
 
 
+@dataclass(eq=False)
 class NodeAgent:
     """Registers one node and keeps its Lease and Ready condition fresh until cancelled."""
 
-    def __init__(
-        self,
-        client: KubeClient,
-        name: str,
-        port: int,
-        *,
-        lease_interval: float = 10.0,
-        status_interval: float = 30.0,
-    ) -> None:
-        self.client = client
-        self.name = name
-        self.port = port
-        self.lease_interval = lease_interval
-        self.status_interval = status_interval
-        self.since = iso_seconds()
-        self.uid = ""
-        self.declared_features: list[str] = []
-        self._lease: Json | None = None
+    client: KubeClient
+    name: str
+    port: int
+    _: KW_ONLY
+    lease_interval: float = 10.0
+    status_interval: float = 30.0
+    since: str = field(default_factory=iso_seconds, init=False)
+    uid: str = field(default="", init=False)
+    declared_features: list[str] = field(default_factory=list, init=False)
+    _lease: Json | None = field(default=None, init=False, repr=False)
 
     async def register(self) -> None:
         """Create the node, or take over an existing one (new port, fresh status)."""

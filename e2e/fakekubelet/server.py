@@ -13,9 +13,10 @@ from typing import Any
 
 from aiohttp import web
 
+from e2e.pki import load_cert_chain
+
 from .execspdy import SPDY_PROTOCOLS, RequestHead, Sniffer, SpdyChannels, wanted_streams
 from .execws import PROTOCOLS, ExecRequest, ExecSession, WsChannels
-from .kubeclient import load_cert_chain
 from .podlogs import parse_query
 from .pods import ContainerNotAvailable, PodRuntime
 from .registry import PodRegistry

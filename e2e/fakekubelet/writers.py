@@ -6,6 +6,7 @@ pods cost one PATCH per visible change and never more than ``concurrency`` reque
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import itertools
 import logging
@@ -32,7 +33,22 @@ class StatusSource(Protocol):
     def build_status(self) -> Json: ...
 
 
-class StatusWriter:
+class _Workers(abc.ABC):
+    """A writer's ``concurrency`` worker tasks, each running ``_work`` until ``close()`` ends them all."""
+
+    def __init__(self, concurrency: int) -> None:
+        self._workers = [asyncio.create_task(self._work()) for _ in range(concurrency)]
+
+    @abc.abstractmethod
+    async def _work(self) -> None: ...
+
+    async def close(self) -> None:
+        for task in self._workers:
+            task.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+
+
+class StatusWriter(_Workers):
     """Workers drain a de-duplicated queue of dirty pods; failures come back with capped backoff."""
 
     def __init__(self, client: KubeClient, concurrency: int = 20) -> None:
@@ -41,9 +57,9 @@ class StatusWriter:
         self._items: dict[str, StatusSource] = {}
         self._failures: dict[str, int] = {}
         self._sem = asyncio.Semaphore(concurrency)
-        self._workers = [asyncio.create_task(self._work()) for _ in range(concurrency)]
         self.patches = 0
         self.skipped = 0
+        super().__init__(concurrency)
 
     def mark(self, pod: StatusSource) -> None:
         if pod.uid in self._items:
@@ -54,11 +70,6 @@ class StatusWriter:
     async def write_now(self, pod: StatusSource) -> None:
         """Used by the termination path, which must see its final status land before the DELETE."""
         await self._write(pod)
-
-    async def close(self) -> None:
-        for task in self._workers:
-            task.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
 
     async def _work(self) -> None:
         while True:
@@ -109,7 +120,7 @@ class StatusWriter:
 EVENT_LEVELS = ("all", "warnings", "none")
 
 
-class EventRecorder:
+class EventRecorder(_Workers):
     """core/v1 Events as the kubelet's legacy recorder writes them; dropped, not queued, when swamped.
 
     Fewer workers than the status writer: events are best effort and must not delay pod status.
@@ -125,9 +136,9 @@ class EventRecorder:
         self._level = level
         self._queue: asyncio.Queue[Json] = asyncio.Queue(maxsize=backlog)
         self._seq = itertools.count()
-        self._workers = [asyncio.create_task(self._work()) for _ in range(concurrency)]
         self.dropped = 0
         self.posted = 0
+        super().__init__(concurrency)
 
     def emit(
         self, node: str, pod: Json, reason: str, message: str, field_path: str = "", warning: bool = False
@@ -169,11 +180,6 @@ class EventRecorder:
             self._queue.put_nowait(event)
         except asyncio.QueueFull:
             self.dropped += 1
-
-    async def close(self) -> None:
-        for task in self._workers:
-            task.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
 
     async def _work(self) -> None:
         while True:

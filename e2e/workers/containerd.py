@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from e2e.procs import end_process, log_tail
 from e2e.workers import host
 from e2e.workers.images import PAUSE_IMAGE
 
@@ -168,13 +169,8 @@ class Containerd:
         left = host.wait_gone(workload + shims, grace)
         if left:
             problems.append(f"container processes still alive: {left}")
-        if self.popen is not None and self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        if self.popen is not None:
+            end_process(self.popen, grace)
         # Shims started after the sweep above (a last sandbox) would be orphans: sweep again.
         late = self.shim_pids()
         if late:
@@ -195,7 +191,4 @@ class Containerd:
         return res.stdout.split() if res.returncode == 0 else []
 
     def log_tail(self, n: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return "(no containerd log)"
+        return log_tail(self.log_path, n, "(no containerd log)")

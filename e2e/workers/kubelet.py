@@ -10,7 +10,6 @@ Image garbage collection and eviction are off: the locally made images cannot be
 from __future__ import annotations
 
 import logging
-import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ import yaml
 
 from e2e.controlplane import ControlPlane, free_port
 from e2e.pki import write_pem
+from e2e.procs import end_process, log_tail
 
 log = logging.getLogger(__name__)
 
@@ -139,18 +139,8 @@ class Kubelet:
         return self.popen is not None and self.popen.poll() is None
 
     def stop(self, grace: float = 10) -> None:
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        self.popen.send_signal(signal.SIGTERM)
-        try:
-            self.popen.wait(grace)
-        except subprocess.TimeoutExpired:
-            log.warning("kubelet %s did not stop after SIGTERM; killing it", self.spec.node_name)
-            self.popen.kill()
-            self.popen.wait()
+        if self.popen is not None:
+            end_process(self.popen, grace, name=f"kubelet {self.spec.node_name}")
 
     def log_tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return "(no kubelet log)"
+        return log_tail(self.log_path, n, "(no kubelet log)")

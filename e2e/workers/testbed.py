@@ -24,6 +24,7 @@ from pathlib import Path
 
 from e2e.binaries import WORKER_NAMES, BinariesNotFound, find_binaries
 from e2e.controlplane import ControlPlane
+from e2e.procs import start_or_stop
 from e2e.workers import host
 from e2e.workers.containerd import CGROUP_PARENT, CNI_BIN_DIR, CNI_PLUGINS, CniNetwork, Containerd
 from e2e.workers.images import BUSYBOX, is_static_elf, write_images
@@ -105,11 +106,7 @@ class RealWorkers:
 
     def start(self, timeout: float = 120) -> RealWorkers:
         atexit.register(self.stop)  # after a crashed session too; runs before the planes' (LIFO)
-        try:
-            self._start(timeout)
-        except BaseException:
-            self.stop()
-            raise
+        start_or_stop(lambda: self._start(timeout), self.stop)
         return self
 
     def _start(self, timeout: float) -> None:

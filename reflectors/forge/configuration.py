@@ -16,7 +16,7 @@ from reflectors.forge import constants as c
 from reflectors.forge.labels import reflected_annotations, reflected_labels
 from reflectors.forge.names import is_reserved_configmap_name, remote_configmap_name
 from reflectors.forge.pods import KubeObj, ReadObj, annotations_of, labels_of, meta, name_of
-from reflectors.forge.references import SECRET
+from reflectors.forge.references import CONFIGMAP, SECRET
 
 SKIP_SA_TOKEN = "secrets holding service account tokens are never reflected"
 SKIP_DENIED = f"marked with the {c.SKIP_REFLECTION_ANNOTATION} annotation"
@@ -150,7 +150,15 @@ def _metadata(
     }
 
 
-def forge_remote_secret(
+# What each kind's remote copy carries besides its metadata.
+_COPIED_FIELDS: dict[str, tuple[str, ...]] = {
+    SECRET: ("type", "data", "immutable"),
+    CONFIGMAP: ("data", "binaryData", "immutable"),
+}
+
+
+def forge_remote_copy(
+    kind: str,
     local: ReadObj,
     *,
     remote_ns: str,
@@ -160,17 +168,19 @@ def forge_remote_secret(
     annotations_not_reflected: Iterable[str] = (),
     node_name: str | None = None,
 ) -> KubeObj:
-    """Apply body for the remote copy: same name; ``type``, ``data`` and ``immutable`` copied.
+    """Apply body for the remote copy of a Secret (same name; ``type``, ``data``, ``immutable`` copied)
+    or a ConfigMap (root CA renamed; ``data``, ``binaryData``, ``immutable`` copied).
 
     ``stringData`` never appears on a stored Secret, so ``data`` is complete. Callers check
     ``secret_skip_reason`` first; this function does not. ``node_name`` adds that node's mark.
     """
+    name = name_of(local) if kind == SECRET else remote_configmap_name(name_of(local), local_id)
     body: KubeObj = {
         "apiVersion": "v1",
-        "kind": "Secret",
+        "kind": kind,
         "metadata": _metadata(
             local,
-            name_of(local),
+            name,
             remote_ns,
             local_id,
             remote_id,
@@ -179,38 +189,7 @@ def forge_remote_secret(
             node_name,
         ),
     }
-    for field in ("type", "data", "immutable"):
-        if local.get(field) is not None:
-            body[field] = copy.deepcopy(local[field])
-    return body
-
-
-def forge_remote_configmap(
-    local: ReadObj,
-    *,
-    remote_ns: str,
-    local_id: str,
-    remote_id: str,
-    labels_not_reflected: Iterable[str] = (),
-    annotations_not_reflected: Iterable[str] = (),
-    node_name: str | None = None,
-) -> KubeObj:
-    """Apply body for the remote copy (root CA renamed): ``data``, ``binaryData``, ``immutable`` copied."""
-    body: KubeObj = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _metadata(
-            local,
-            remote_configmap_name(name_of(local), local_id),
-            remote_ns,
-            local_id,
-            remote_id,
-            labels_not_reflected,
-            annotations_not_reflected,
-            node_name,
-        ),
-    }
-    for field in ("data", "binaryData", "immutable"):
+    for field in _COPIED_FIELDS[kind]:
         if local.get(field) is not None:
             body[field] = copy.deepcopy(local[field])
     return body

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
+from e2e.audit import audit_args
 from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
 from e2e.emulator import EmulatorHandle
@@ -15,15 +15,10 @@ from e2e.liqo_vk import find_liqo_vk
 from tests.differential.harness import Audit, ImplSwitch
 
 # Writes only (the suite counts what each implementation writes per object); reads would be most of it.
-WRITES_POLICY = {
-    "apiVersion": "audit.k8s.io/v1",
-    "kind": "Policy",
-    "omitStages": ["RequestReceived"],
-    "rules": [
-        {"level": "Metadata", "verbs": ["create", "update", "patch", "delete", "deletecollection"]},
-        {"level": "None"},
-    ],
-}
+WRITES_ONLY = [
+    {"level": "Metadata", "verbs": ["create", "update", "patch", "delete", "deletecollection"]},
+    {"level": "None"},
+]
 PLANES = ("consumer", "pool")
 
 
@@ -36,17 +31,7 @@ def audit_logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def plane_extra_args(audit_logs: dict[str, Path]) -> dict[str, dict[str, list[str]]]:
     """Overrides e2e.fixtures_planes': both API servers write an audit log of writes (JSON lines)."""
-    policy = next(iter(audit_logs.values())).parent / "policy.yaml"
-    policy.write_text(yaml.safe_dump(WRITES_POLICY))
-    return {
-        name: {
-            "kube-apiserver": [
-                f"--audit-policy-file={policy}", f"--audit-log-path={path}",
-                "--audit-log-format=json", "--audit-log-maxsize=0",
-            ]
-        }
-        for name, path in audit_logs.items()
-    }  # fmt: skip
+    return audit_args(next(iter(audit_logs.values())).parent / "policy.yaml", WRITES_ONLY, audit_logs)
 
 
 @pytest.fixture(scope="session")

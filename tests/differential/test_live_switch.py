@@ -506,6 +506,29 @@ def assert_switch_clean(lv: Live, sw: Switch, node0: Obj, lease0: Obj, since: dt
     assert not warnings, f"Warnings during {sw.old} -> {sw.new}: {warnings}"
 
 
+def switch_keeping_every_pod(
+    lv: Live,
+    new: str,
+    impl: str,
+    before: dict[str, PodRecord],
+    copies: dict[str, dict[str, str]],
+    node0: Obj,
+    lease0: Obj,
+) -> tuple[Switch, dt.datetime]:
+    """Switch to ``new`` once the old one's last Events about the pods landed, and check what every switch
+    keeps: the same pods, one ShadowPod each, none aborted, the referenced copies, a clean Node and Lease.
+    Returns the switch and the time it began (the test's facts look at what came after it)."""
+    time.sleep(2.0)
+    since = dt.datetime.now(dt.UTC)
+    sw = lv.switch(new)
+    assert_survived(before, lv.record(), impl)
+    assert_one_shadow_per_pod(lv)
+    assert_no_pod_aborted(lv)
+    assert_referenced_copies_kept(lv, copies)
+    assert_switch_clean(lv, sw, node0, lease0, since)
+    return sw, since
+
+
 def heartbeats_paused(lv: Live, sw: Switch) -> bool:
     """Did the node Lease go unrenewed longer than kube-controller-manager's node monitor grace period
     (minus its 2 s monitor period, e2e/controlplane.py), so it may have marked the Node Unknown?"""
@@ -680,16 +703,9 @@ def test_live_switch_liqo_to_vkbridge_and_back_loses_no_pod(live: Live, strategy
     assert all(c.LOCAL_POD_UID_ANNOTATION not in _annotations(s) for s in shadows0.values())
     assert_one_shadow_per_pod(lv)
 
-    # 2. Liqo's VK -> vkbridge on the same Node (Liqo's last Events about the pods landed first).
-    time.sleep(2.0)
-    t1 = dt.datetime.now(dt.UTC)
+    # 2. Liqo's VK -> vkbridge on the same Node.
     assert lv.proc is not None
-    sw = lv.switch("vkbridge")
-    assert_survived(before, lv.record(), "vkbridge")
-    assert_one_shadow_per_pod(lv)
-    assert_no_pod_aborted(lv)
-    assert_referenced_copies_kept(lv, copies0)
-    assert_switch_clean(lv, sw, node0, lease0, t1)
+    sw, t1 = switch_keeping_every_pod(lv, "vkbridge", "vkbridge", before, copies0, node0, lease0)
     fact_vkbridge_adopts_liqo_shadowpods(lv, shadows0)
     fact_vkbridge_marks_and_prunes_liqo_copies(lv)
     fact_vkbridge_keeps_liqo_node_and_event_copies(lv, node0, events0)
@@ -713,14 +729,7 @@ def test_live_switch_liqo_to_vkbridge_and_back_loses_no_pod(live: Live, strategy
     rvs1 = {n: _meta(p, "resourceVersion") for n, p in lv.local_pods().items()}
 
     # 4. vkbridge -> Liqo's VK: every pod survives, the one vkbridge created too.
-    time.sleep(2.0)
-    t2 = dt.datetime.now(dt.UTC)
-    sw = lv.switch("liqo")
-    assert_survived(under_vk, lv.record(), "Liqo's VK")
-    assert_one_shadow_per_pod(lv)
-    assert_no_pod_aborted(lv)
-    assert_referenced_copies_kept(lv, copies1)
-    assert_switch_clean(lv, sw, node0, lease0, t2)
+    sw, t2 = switch_keeping_every_pod(lv, "liqo", "Liqo's VK", under_vk, copies1, node0, lease0)
     fact_vkbridge_hands_over_at_once(sw)
     fact_liqo_rewrites_vkbridge_marks(lv, shadows1, t2)
     fact_liqo_copies_every_object(lv)

@@ -80,12 +80,6 @@ async def whoami(client: KubeClient) -> Obj:
     return user
 
 
-@pytest.fixture
-async def admin(consumer: ControlPlane) -> AsyncIterator[KubeClient]:
-    async with KubeClient(load_kubeconfig_file(consumer.admin_kubeconfig), name="consumer") as client:
-        yield client
-
-
 @contextlib.asynccontextmanager
 async def running(cache: Cache) -> AsyncIterator[asyncio.Task[None]]:
     task = asyncio.create_task(cache.run(), name=cache.name)
@@ -98,27 +92,27 @@ async def running(cache: Cache) -> AsyncIterator[asyncio.Task[None]]:
             await task
 
 
-async def test_crud_and_error_helpers(consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs) -> None:
+async def test_crud_and_error_helpers(consumer: ControlPlane, home: KubeClient, fresh_ns: FreshNs) -> None:
     ns = fresh_ns(consumer, wait_sa=False)
-    created = await admin.create(CONFIGMAPS, cm(ns, "one", a="1"))
+    created = await home.create(CONFIGMAPS, cm(ns, "one", a="1"))
     assert created["metadata"]["uid"]
     with pytest.raises(ApiError) as exists:
-        await admin.create(CONFIGMAPS, cm(ns, "one"))
+        await home.create(CONFIGMAPS, cm(ns, "one"))
     assert exists.value.already_exists and not exists.value.conflict
 
-    got = await admin.get(CONFIGMAPS, "one", ns)
+    got = await home.get(CONFIGMAPS, "one", ns)
     assert got["data"] == {"a": "1"}
-    patched = await admin.patch(CONFIGMAPS, "one", {"data": {"b": "2"}}, ns)
+    patched = await home.patch(CONFIGMAPS, "one", {"data": {"b": "2"}}, ns)
     assert patched["data"] == {"a": "1", "b": "2"}
 
     stale = dict(created, data={"c": "3"})  # carries the creation resourceVersion: optimistic lock fails
     with pytest.raises(ApiError) as conflict:
-        await admin.replace(CONFIGMAPS, stale)
+        await home.replace(CONFIGMAPS, stale)
     assert conflict.value.conflict and conflict.value.status == 409
     fresh = dict(patched, data={"c": "3"})
-    assert (await admin.replace(CONFIGMAPS, fresh))["data"] == {"c": "3"}
+    assert (await home.replace(CONFIGMAPS, fresh))["data"] == {"c": "3"}
 
-    applied = await admin.apply(
+    applied = await home.apply(
         CONFIGMAPS,
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "one"}, "data": {"d": "4"}},
         ns,
@@ -127,55 +121,55 @@ async def test_crud_and_error_helpers(consumer: ControlPlane, admin: KubeClient,
     managers = {m["manager"] for m in applied["metadata"]["managedFields"]}
     assert "reflection.liqo.io" in managers
 
-    listed = await admin.list(CONFIGMAPS, ns, label_selector="test=client-cache")
+    listed = await home.list(CONFIGMAPS, ns, label_selector="test=client-cache")
     assert [i["metadata"]["name"] for i in listed["items"]] == ["one"]
 
     with pytest.raises(ApiError) as precondition:
-        await admin.delete(CONFIGMAPS, "one", ns, preconditions_uid="not-the-uid")
+        await home.delete(CONFIGMAPS, "one", ns, preconditions_uid="not-the-uid")
     assert precondition.value.conflict
-    await admin.delete(
+    await home.delete(
         CONFIGMAPS, "one", ns, preconditions_uid=created["metadata"]["uid"], grace_period_seconds=0
     )
     with pytest.raises(ApiError) as missing:
-        await admin.get(CONFIGMAPS, "one", ns)
+        await home.get(CONFIGMAPS, "one", ns)
     assert missing.value.not_found and not missing.value.is_transient
 
-    assert admin.stats[("create", "configmaps")] == 2
-    assert admin.stats[("apply", "configmaps")] == 1
-    assert admin.stats[("delete", "configmaps")] == 2
-    assert admin.stats[("list", "configmaps")] == 1
+    assert home.stats[("create", "configmaps")] == 2
+    assert home.stats[("apply", "configmaps")] == 1
+    assert home.stats[("delete", "configmaps")] == 2
+    assert home.stats[("list", "configmaps")] == 1
 
 
-async def test_stream_checks_status(consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs) -> None:
+async def test_stream_checks_status(consumer: ControlPlane, home: KubeClient, fresh_ns: FreshNs) -> None:
     ns = fresh_ns(consumer, wait_sa=False)
-    await admin.create(CONFIGMAPS, cm(ns, "s"))
+    await home.create(CONFIGMAPS, cm(ns, "s"))
     params = {"watch": "true", "timeoutSeconds": "1"}
-    async with admin.stream("GET", CONFIGMAPS.path(ns), params) as resp:
+    async with home.stream("GET", CONFIGMAPS.path(ns), params) as resp:
         first = await resp.content.readline()
     assert b'"ADDED"' in first
     with pytest.raises(ApiError) as missing:
-        async with admin.stream("GET", "/api/v1/namespaces/no-such-ns-xyz/pods/nope/log"):
+        async with home.stream("GET", "/api/v1/namespaces/no-such-ns-xyz/pods/nope/log"):
             pass
     assert missing.value.not_found
 
 
 async def test_cache_follows_add_update_delete(
-    consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs
+    consumer: ControlPlane, home: KubeClient, fresh_ns: FreshNs
 ) -> None:
     ns = fresh_ns(consumer, wait_sa=False)
-    await admin.create(CONFIGMAPS, cm(ns, "pre", v="0"))
-    cache = Cache(admin, CONFIGMAPS, ns, label_selector="test=client-cache", name="it-cache")
+    await home.create(CONFIGMAPS, cm(ns, "pre", v="0"))
+    cache = Cache(home, CONFIGMAPS, ns, label_selector="test=client-cache", name="it-cache")
     seen = Seen()
     cache.subscribe(seen)
     async with running(cache):
         assert seen.names("ADDED") == ["pre"]
         assert "managedFields" not in cache.get(f"{ns}/pre")["metadata"]  # type: ignore[index]
-        await admin.create(CONFIGMAPS, cm(ns, "x", v="1"))
+        await home.create(CONFIGMAPS, cm(ns, "x", v="1"))
         await seen.wait(lambda: "x" in seen.names("ADDED"))
-        await admin.patch(CONFIGMAPS, "x", {"data": {"v": "2"}}, ns)
+        await home.patch(CONFIGMAPS, "x", {"data": {"v": "2"}}, ns)
         await seen.wait(lambda: "x" in seen.names("MODIFIED"))
         assert cache.get(f"{ns}/x")["data"] == {"v": "2"}  # type: ignore[index]
-        await admin.delete(CONFIGMAPS, "x", ns)
+        await home.delete(CONFIGMAPS, "x", ns)
         await seen.wait(lambda: "x" in seen.names("DELETED"))
         assert cache.get(f"{ns}/x") is None
         assert cache.keys() == [f"{ns}/pre"]
@@ -183,29 +177,29 @@ async def test_cache_follows_add_update_delete(
 
 
 async def test_inactivity_timeout_rewatches_without_losing_events(
-    consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs
+    consumer: ControlPlane, home: KubeClient, fresh_ns: FreshNs
 ) -> None:
     ns = fresh_ns(consumer, wait_sa=False)
-    cache = Cache(admin, CONFIGMAPS, ns, name="idle-cache", inactivity_timeout=0.3)
+    cache = Cache(home, CONFIGMAPS, ns, name="idle-cache", inactivity_timeout=0.3)
     seen = Seen()
     cache.subscribe(seen)
     async with running(cache):
-        start = admin.stats[("watch", "configmaps")]
+        start = home.stats[("watch", "configmaps")]
         async with asyncio.timeout(20):
-            while admin.stats[("watch", "configmaps")] < start + 3:  # noqa: ASYNC110 - a counter, no event
+            while home.stats[("watch", "configmaps")] < start + 3:  # noqa: ASYNC110 - a counter, no event
                 await asyncio.sleep(0.05)
-        await admin.create(CONFIGMAPS, cm(ns, "late"))
+        await home.create(CONFIGMAPS, cm(ns, "late"))
         await seen.wait(lambda: seen.names("ADDED") == ["late"])
         assert cache.relists == 0 and cache.state == "watching"
 
 
 async def test_relist_after_compaction_emits_missed_changes(
-    consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs
+    consumer: ControlPlane, home: KubeClient, fresh_ns: FreshNs
 ) -> None:
     ns = fresh_ns(consumer, wait_sa=False)
     for name in ("gone", "changed", "kept"):
-        await admin.create(CONFIGMAPS, cm(ns, name, v="1"))
-    cache = Cache(admin, CONFIGMAPS, ns, name="relist-cache", backoff_cap=2.0)
+        await home.create(CONFIGMAPS, cm(ns, name, v="1"))
+    cache = Cache(home, CONFIGMAPS, ns, name="relist-cache", backoff_cap=2.0)
     seen = Seen()
     cache.subscribe(seen)
     async with running(cache):
@@ -214,14 +208,14 @@ async def test_relist_after_compaction_emits_missed_changes(
     assert stale_rv is not None
 
     # While nobody watches: delete, change, create; then make the old resourceVersion unservable.
-    await admin.delete(CONFIGMAPS, "gone", ns)
-    await admin.patch(CONFIGMAPS, "changed", {"data": {"v": "2"}}, ns)
-    await admin.create(CONFIGMAPS, cm(ns, "new", v="1"))
+    await home.delete(CONFIGMAPS, "gone", ns)
+    await home.patch(CONFIGMAPS, "changed", {"data": {"v": "2"}}, ns)
+    await home.create(CONFIGMAPS, cm(ns, "new", v="1"))
     await asyncio.to_thread(consumer.compact_etcd)
     await asyncio.to_thread(consumer.restart_apiserver)  # drops the apiserver's watch-cache window too
 
     with pytest.raises(WatchExpired):
-        async with contextlib.aclosing(admin.watch(CONFIGMAPS, ns, resource_version=stale_rv)) as events:
+        async with contextlib.aclosing(home.watch(CONFIGMAPS, ns, resource_version=stale_rv)) as events:
             async for _ in events:
                 pass
 
@@ -240,15 +234,15 @@ async def test_relist_after_compaction_emits_missed_changes(
             f"{ns}/new",
         ]
         # ...and it is watching again, from the re-list's resourceVersion.
-        await admin.create(CONFIGMAPS, cm(ns, "after"))
+        await home.create(CONFIGMAPS, cm(ns, "after"))
         await seen.wait(lambda: "after" in seen.names("ADDED"))
 
 
 async def test_swap_credentials_keeps_the_cache(
-    consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs
+    consumer: ControlPlane, home: KubeClient, fresh_ns: FreshNs
 ) -> None:
     ns = fresh_ns(consumer, wait_sa=False)
-    await admin.create(CONFIGMAPS, cm(ns, "before"))
+    await home.create(CONFIGMAPS, cm(ns, "before"))
     client = KubeClient(load_kubeconfig_file(consumer.admin_kubeconfig), name="swap", qps=50, burst=10)
     async with client:
         assert (await whoami(client))["username"] == "admin"
@@ -268,7 +262,7 @@ async def test_swap_credentials_keeps_the_cache(
             assert user["username"] == "other-user"
             assert "system:masters" in user["groups"]
 
-            await admin.create(CONFIGMAPS, cm(ns, "after"))
+            await home.create(CONFIGMAPS, cm(ns, "after"))
             await seen.wait(lambda: "after" in seen.names("ADDED"))
             assert client.stats[("watch", "configmaps")] > watches  # the broken watch was re-opened
             assert sorted(k for k in cache.keys() if not k.endswith("/kube-root-ca.crt")) == [
@@ -280,7 +274,7 @@ async def test_swap_credentials_keeps_the_cache(
 
 
 async def test_swap_credentials_ends_every_live_watch_with_a_transport_error(
-    consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs
+    consumer: ControlPlane, home: KubeClient, fresh_ns: FreshNs
 ) -> None:
     """Closing an aiohttp session leaves a reader already waiting on it waiting for ever, and one that
     reads later gets a bare ``RuntimeError("Connection closed.")`` (it once killed vkbridge in CI): the
@@ -373,12 +367,12 @@ async def test_abandon_inflight_frees_a_request_and_a_watch_stuck_on_a_dead_conn
 
 
 async def test_cache_survives_an_unexpected_error_and_relists(
-    consumer: ControlPlane, admin: KubeClient, fresh_ns: FreshNs, caplog: pytest.LogCaptureFixture
+    consumer: ControlPlane, home: KubeClient, fresh_ns: FreshNs, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A bug in one cache (here: its projection raises once) is logged with its traceback and the cache
     starts over; it must not end the process's TaskGroup."""
     ns = fresh_ns(consumer, wait_sa=False)
-    await admin.create(CONFIGMAPS, cm(ns, "first"))
+    await home.create(CONFIGMAPS, cm(ns, "first"))
     failures = []
 
     def project(obj: Obj) -> Obj:
@@ -387,13 +381,13 @@ async def test_cache_survives_an_unexpected_error_and_relists(
             raise KeyError("a projection bug")
         return obj
 
-    cache = Cache(admin, CONFIGMAPS, ns, name="buggy-cache", backoff_base=0.05, project=project)
+    cache = Cache(home, CONFIGMAPS, ns, name="buggy-cache", backoff_base=0.05, project=project)
     seen = Seen()
     cache.subscribe(seen)
     with caplog.at_level("ERROR", logger="vkbridge"):
         async with running(cache) as task:
             assert f"{ns}/first" in cache.keys()
-            await admin.create(CONFIGMAPS, cm(ns, "second"))
+            await home.create(CONFIGMAPS, cm(ns, "second"))
             await seen.wait(lambda: "second" in seen.names("ADDED"), timeout=10)
             assert not task.done()
     bugs = [r for r in caplog.records if r.getMessage().startswith("unexpected error")]
@@ -403,7 +397,7 @@ async def test_cache_survives_an_unexpected_error_and_relists(
 
 async def test_token_file_is_reread(
     consumer: ControlPlane,
-    admin: KubeClient,
+    home: KubeClient,
     fresh_ns: FreshNs,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -411,10 +405,10 @@ async def test_token_file_is_reread(
     ns = fresh_ns(consumer)
     tokens = []
     for sa in ("first", "second"):
-        await admin.create(SERVICEACCOUNTS, {"metadata": {"name": sa}}, ns)
+        await home.create(SERVICEACCOUNTS, {"metadata": {"name": sa}}, ns)
         req = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
         tokens.append(
-            (await admin.create(SERVICEACCOUNTS, req, ns, name=sa, subresource="token"))["status"]["token"]
+            (await home.create(SERVICEACCOUNTS, req, ns, name=sa, subresource="token"))["status"]["token"]
         )
     token_file = tmp_path / "token"
     token_file.write_text(tokens[0])

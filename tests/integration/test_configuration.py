@@ -22,16 +22,8 @@ from e2e.vkbridge_proc import VkbridgeProcess
 from reflectors.forge import constants as c
 from reflectors.forge.names import remote_configmap_name
 from tests.fixtures_vkbridge import node_ready, vkbridge_options
-from tests.integration.helpers import (
-    events_for,
-    get,
-    must,
-    phase,
-    pod_path,
-    pool_pod,
-    shadow_path,
-    wait_until,
-)
+from tests.integration.helpers import get, must, phase, wait_until
+from tests.support.offload import Offload
 
 pytestmark = pytest.mark.integration
 
@@ -61,6 +53,24 @@ def secret(name: str, data: dict[str, str], *, type_: str = "Opaque",
 
 def configmap(name: str, data: dict[str, str]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+
+
+def add_secret(offload: Offload, name: str, data: dict[str, str], **kw: Any) -> dict[str, Any]:
+    """Create the Secret in the offloaded namespace at home (``kw``: those of ``secret``)."""
+    return must(offload.consumer, "POST", secret_path(offload.ns), secret(name, data, **kw))
+
+
+def add_configmap(offload: Offload, name: str, data: dict[str, str]) -> dict[str, Any]:
+    return must(offload.consumer, "POST", configmap_path(offload.ns), configmap(name, data))
+
+
+def remote_secret(offload: Offload, name: str) -> dict[str, Any] | None:
+    """The pool's Secret ``name`` in the remote namespace (ours or not); None while there is none."""
+    return get(offload.pool, secret_path(offload.remote_ns, name))
+
+
+def remote_configmap(offload: Offload, name: str) -> dict[str, Any] | None:
+    return get(offload.pool, configmap_path(offload.remote_ns, name))
 
 
 def with_refs(pod: dict[str, Any], *, env_secrets: tuple[str, ...] = (), volume_configmaps: tuple[str, ...] = (),
@@ -110,133 +120,108 @@ def stays(cond: Callable[[], bool], seconds: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def test_exactly_the_referenced_objects_reach_the_pool(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    must(consumer, "POST", secret_path(ns), secret("db-creds", {"password": "hunter2"}))
-    must(consumer, "POST", secret_path(ns), secret("regcred", {".dockerconfigjson": '{"auths":{}}'},
-                                                   type_="kubernetes.io/dockerconfigjson"))  # fmt: skip
-    must(consumer, "POST", secret_path(ns), secret("unrelated", {"password": "not for the pool"}))
-    must(consumer, "POST", configmap_path(ns), configmap("app-config", {"app.yaml": "level: debug"}))
-    must(consumer, "POST", configmap_path(ns), configmap("unrelated-cm", {"x": "y"}))
-    pod = with_refs(pool_pod(bundle.slug, "app"), env_secrets=("db-creds",), volume_configmaps=("app-config",),
+def test_exactly_the_referenced_objects_reach_the_pool(offload: Offload) -> None:
+    consumer, bundle, ns = offload.consumer, offload.bundle, offload.ns
+    add_secret(offload, "db-creds", {"password": "hunter2"})
+    add_secret(
+        offload, "regcred", {".dockerconfigjson": '{"auths":{}}'}, type_="kubernetes.io/dockerconfigjson"
+    )
+    add_secret(offload, "unrelated", {"password": "not for the pool"})
+    add_configmap(offload, "app-config", {"app.yaml": "level: debug"})
+    add_configmap(offload, "unrelated-cm", {"x": "y"})
+    pod = with_refs(offload.pod("app"), env_secrets=("db-creds",), volume_configmaps=("app-config",),
                     pull_secrets=("regcred",))  # fmt: skip
-    must(consumer, "POST", pod_path(ns), pod)
-    wait_until(lambda: running(consumer, ns, "app"), 30, "app Running at home")
-    local_pod = get(consumer, pod_path(ns, "app"))
+    offload.post(pod)
+    offload.wait_running("app")
+    local_pod = offload.local("app")
     assert local_pod is not None
 
     root_ca = remote_configmap_name(c.ROOT_CA_CONFIGMAP, bundle.consumer_id)
     expected_configmaps = {"app-config"} | ({root_ca} if references_root_ca(local_pod) else set())
-    remote_secrets = must(pool, "GET", secret_path(remote_ns))["items"]
-    remote_configmaps = must(pool, "GET", configmap_path(remote_ns))["items"]
+    remote_secrets = must(offload.pool, "GET", secret_path(offload.remote_ns))["items"]
+    remote_configmaps = must(offload.pool, "GET", configmap_path(offload.remote_ns))["items"]
     assert {s["metadata"]["name"] for s in remote_secrets if ours(s, bundle)} == {"db-creds", "regcred"}
     assert {m["metadata"]["name"] for m in remote_configmaps if ours(m, bundle)} == expected_configmaps
     all_names = {o["metadata"]["name"] for o in remote_secrets + remote_configmaps}
     assert "unrelated" not in all_names and "unrelated-cm" not in all_names
 
     local_db = get(consumer, secret_path(ns, "db-creds"))
-    remote_db = get(pool, secret_path(remote_ns, "db-creds"))
+    remote_db = remote_secret(offload, "db-creds")
     assert local_db is not None and remote_db is not None
     assert remote_db["data"] == local_db["data"] and remote_db["type"] == "Opaque"
     assert any(m.get("manager") == c.FIELD_MANAGER and m.get("operation") == "Apply"
                for m in remote_db["metadata"]["managedFields"])  # fmt: skip
-    remote_reg = get(pool, secret_path(remote_ns, "regcred"))
+    remote_reg = remote_secret(offload, "regcred")
     assert remote_reg is not None and remote_reg["type"] == "kubernetes.io/dockerconfigjson"
-    remote_cm = get(pool, configmap_path(remote_ns, "app-config"))
+    remote_cm = remote_configmap(offload, "app-config")
     assert remote_cm is not None and remote_cm["data"] == {"app.yaml": "level: debug"}
     if root_ca in expected_configmaps:
         local_ca = get(consumer, configmap_path(ns, c.ROOT_CA_CONFIGMAP))
-        remote_ca = get(pool, configmap_path(remote_ns, root_ca))
+        remote_ca = remote_configmap(offload, root_ca)
         assert local_ca is not None and remote_ca is not None and remote_ca["data"] == local_ca["data"]
 
 
-def test_update_of_a_referenced_secret_reaches_the_pool_within_2s(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    must(consumer, "POST", secret_path(ns), secret("db-creds", {"password": "v1"}))
-    must(consumer, "POST", pod_path(ns), with_refs(pool_pod(bundle.slug, "app"), env_secrets=("db-creds",)))
-    wait_until(lambda: running(consumer, ns, "app"), 30, "app Running")
+def test_update_of_a_referenced_secret_reaches_the_pool_within_2s(offload: Offload) -> None:
+    consumer, ns = offload.consumer, offload.ns
+    add_secret(offload, "db-creds", {"password": "v1"})
+    offload.post(with_refs(offload.pod("app"), env_secrets=("db-creds",)))
+    offload.wait_running("app")
     must(consumer, "PATCH", secret_path(ns, "db-creds"), {"data": {"password": b64("v2")}},
          content_type="application/merge-patch+json")  # fmt: skip
     t0 = time.monotonic()
-    wait_until(lambda: ((get(pool, secret_path(remote_ns, "db-creds")) or {}).get("data") or {}).get("password")
+    wait_until(lambda: ((remote_secret(offload, "db-creds") or {}).get("data") or {}).get("password")
                == b64("v2"), 2.0, "the remote copy updated")  # fmt: skip
     print(f"\nlocal Secret update -> remote copy in {time.monotonic() - t0:.2f}s")
 
 
-def test_remote_drift_is_reverted(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    must(consumer, "POST", configmap_path(ns), configmap("app-config", {"mode": "prod"}))
-    must(
-        consumer,
-        "POST",
-        pod_path(ns),
-        with_refs(pool_pod(bundle.slug, "app"), volume_configmaps=("app-config",)),
-    )
-    wait_until(lambda: running(consumer, ns, "app"), 30, "app Running")
+def test_remote_drift_is_reverted(offload: Offload) -> None:
+    pool, remote_ns = offload.pool, offload.remote_ns
+    add_configmap(offload, "app-config", {"mode": "prod"})
+    offload.post(with_refs(offload.pod("app"), volume_configmaps=("app-config",)))
+    offload.wait_running("app")
     must(pool, "PATCH", configmap_path(remote_ns, "app-config"), {"data": {"mode": "tampered"}},
          content_type="application/merge-patch+json")  # fmt: skip
-    wait_until(lambda: ((get(pool, configmap_path(remote_ns, "app-config")) or {}).get("data") or {})
+    wait_until(lambda: ((remote_configmap(offload, "app-config") or {}).get("data") or {})
                == {"mode": "prod"}, 5, "the edited copy restored")  # fmt: skip
-    old_uid = get(pool, configmap_path(remote_ns, "app-config"))["metadata"]["uid"]  # type: ignore[index]
+    old_uid = remote_configmap(offload, "app-config")["metadata"]["uid"]  # type: ignore[index]
     must(pool, "DELETE", configmap_path(remote_ns, "app-config"))
-    wait_until(lambda: (get(pool, configmap_path(remote_ns, "app-config")) or {"metadata": {"uid": old_uid}})
+    wait_until(lambda: (remote_configmap(offload, "app-config") or {"metadata": {"uid": old_uid}})
                ["metadata"]["uid"] != old_uid, 5, "the deleted copy re-created")  # fmt: skip
 
 
-def test_shared_secret_stays_until_the_last_pod_is_deleted(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    must(consumer, "POST", secret_path(ns), secret("shared", {"password": "p"}))
+def test_shared_secret_stays_until_the_last_pod_is_deleted(offload: Offload) -> None:
+    consumer, ns = offload.consumer, offload.ns
+    add_secret(offload, "shared", {"password": "p"})
     for name in ("a", "b"):
-        must(consumer, "POST", pod_path(ns), with_refs(pool_pod(bundle.slug, name), env_secrets=("shared",)))
+        offload.post(with_refs(offload.pod(name), env_secrets=("shared",)))
     for name in ("a", "b"):
-        wait_until(lambda name=name: running(consumer, ns, name), 30, f"{name} Running")
-    assert get(pool, secret_path(remote_ns, "shared")) is not None
+        offload.wait_running(name)
+    assert remote_secret(offload, "shared") is not None
 
-    must(consumer, "DELETE", pod_path(ns, "a"))
-    wait_until(lambda: get(pool, shadow_path(remote_ns, "a")) is None, 15, "a's ShadowPod gone")
-    stays(lambda: get(pool, secret_path(remote_ns, "shared")) is not None, 3.0,
+    offload.delete("a")
+    wait_until(lambda: offload.shadow("a") is None, 15, "a's ShadowPod gone")
+    stays(lambda: remote_secret(offload, "shared") is not None, 3.0,
           "the shared Secret on the pool while b still uses it")  # fmt: skip
 
-    must(consumer, "DELETE", pod_path(ns, "b"))
-    wait_until(lambda: get(pool, secret_path(remote_ns, "shared")) is None, 20,
+    offload.delete("b")
+    wait_until(lambda: remote_secret(offload, "shared") is None, 20,
                "the shared Secret deleted once no pod references it")  # fmt: skip
     assert get(consumer, secret_path(ns, "shared")) is not None  # the local one is never touched
 
 
-def test_missing_secret_keeps_the_pod_pending_until_it_is_created(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    must(consumer, "POST", pod_path(ns), with_refs(pool_pod(bundle.slug, "app"), env_secrets=("late",)))
-
-    def waiting_event() -> dict[str, Any] | None:
-        for e in events_for(consumer, ns, "app"):
-            if e["type"] == "Warning" and 'Secret "late"' in e["message"]:
-                return e
-        return None
-
-    event = wait_until(waiting_event, 20, "a Warning event naming the missing Secret")
+def test_missing_secret_keeps_the_pod_pending_until_it_is_created(offload: Offload) -> None:
+    offload.post(with_refs(offload.pod("app"), env_secrets=("late",)))
+    event = wait_until(
+        lambda: offload.warning("app", 'Secret "late"'), 20, "a Warning event naming the missing Secret"
+    )
     assert event["reason"] == c.EVENT_FAILED_REFLECTION
-    assert phase(consumer, ns, "app") == "Pending"
-    assert get(pool, shadow_path(remote_ns, "app")) is None
-    assert get(pool, secret_path(remote_ns, "late")) is None
+    assert offload.phase("app") == "Pending"
+    assert offload.shadow("app") is None
+    assert remote_secret(offload, "late") is None
 
-    must(consumer, "POST", secret_path(ns), secret("late", {"password": "finally"}))
-    wait_until(lambda: running(consumer, ns, "app"), 30, "app Running once its Secret exists")
-    assert get(pool, secret_path(remote_ns, "late")) is not None
+    add_secret(offload, "late", {"password": "finally"})
+    wait_until(lambda: offload.running("app"), 30, "app Running once its Secret exists")
+    assert remote_secret(offload, "late") is not None
 
 
 def _with_env_from(pod: dict[str, Any], *, secret: str, configmap: str, optional: bool) -> dict[str, Any]:
@@ -247,98 +232,76 @@ def _with_env_from(pod: dict[str, Any], *, secret: str, configmap: str, optional
     return pod
 
 
-def _reasons(consumer: ControlPlane, ns: str, pod: str) -> dict[str, tuple[str, str]]:
-    return {e["reason"]: (e["type"], e["message"]) for e in events_for(consumer, ns, pod)}
+def _reasons(offload: Offload, pod: str) -> dict[str, tuple[str, str]]:
+    return {e["reason"]: (e["type"], e["message"]) for e in offload.events(pod)}
 
 
 def test_missing_references_get_the_upstream_virtual_kubelet_reasons_besides_failed_reflection(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
+    offload: Offload,
+) -> None:
     """Users and tools grep for the upstream virtual-kubelet's MandatorySecretNotFound and friends: a pod
     held back for a missing required Secret/ConfigMap gets them (Warning) with Liqo's FailedReflection; a
     pod sent without missing optional ones gets OptionalSecretNotFound/OptionalConfigMapNotFound (Normal)."""
-    ns, _ = offloaded_ns
-    held = _with_env_from(
-        pool_pod(bundle.slug, "held"), secret="no-such-s", configmap="no-such-cm", optional=False
-    )
-    sent = _with_env_from(
-        pool_pod(bundle.slug, "sent"), secret="maybe-s", configmap="maybe-cm", optional=True
-    )
-    must(consumer, "POST", pod_path(ns), held)
-    must(consumer, "POST", pod_path(ns), sent)
+    held = _with_env_from(offload.pod("held"), secret="no-such-s", configmap="no-such-cm", optional=False)
+    sent = _with_env_from(offload.pod("sent"), secret="maybe-s", configmap="maybe-cm", optional=True)
+    offload.post(held)
+    offload.post(sent)
     mandatory = {"FailedReflection", "MandatorySecretNotFound", "MandatoryConfigMapNotFound"}
-    wait_until(lambda: mandatory <= set(_reasons(consumer, ns, "held")), 20, "the held pod's events")
-    reasons = _reasons(consumer, ns, "held")
+    wait_until(lambda: mandatory <= set(_reasons(offload, "held")), 20, "the held pod's events")
+    reasons = _reasons(offload, "held")
     assert reasons["MandatorySecretNotFound"] == ("Warning", 'secret "no-such-s" not found')
     assert reasons["MandatoryConfigMapNotFound"] == ("Warning", 'configmap "no-such-cm" not found')
     assert reasons["FailedReflection"][0] == "Warning"
     assert not {"OptionalSecretNotFound", "OptionalConfigMapNotFound"} & set(reasons)
-    assert phase(consumer, ns, "held") == "Pending"
+    assert offload.phase("held") == "Pending"
     optional = {"SuccessfulReflection", "OptionalSecretNotFound", "OptionalConfigMapNotFound"}
-    wait_until(lambda: optional <= set(_reasons(consumer, ns, "sent")), 20, "the sent pod's events")
-    reasons = _reasons(consumer, ns, "sent")
+    wait_until(lambda: optional <= set(_reasons(offload, "sent")), 20, "the sent pod's events")
+    reasons = _reasons(offload, "sent")
     assert reasons["OptionalSecretNotFound"] == ("Normal", 'secret "maybe-s" not found')
     assert reasons["OptionalConfigMapNotFound"] == ("Normal", 'configmap "maybe-cm" not found')
     assert not {"MandatorySecretNotFound", "MandatoryConfigMapNotFound", "FailedReflection"} & set(reasons)
-    wait_until(lambda: running(consumer, ns, "sent"), 30, "the pod with missing optional references Running")
+    wait_until(lambda: offload.running("sent"), 30, "the pod with missing optional references Running")
 
 
-def test_policy_skip_and_foreign_objects_are_never_copied_or_touched(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    must(consumer, "POST", secret_path(ns), secret("private", {"password": "p"},
-                                                   annotations={c.SKIP_REFLECTION_ANNOTATION: "true"}))  # fmt: skip
-    must(consumer, "POST", secret_path(ns), secret("taken", {"password": "ours"}))
+def test_policy_skip_and_foreign_objects_are_never_copied_or_touched(offload: Offload) -> None:
+    pool, bundle, remote_ns = offload.pool, offload.bundle, offload.remote_ns
+    add_secret(offload, "private", {"password": "p"}, annotations={c.SKIP_REFLECTION_ANNOTATION: "true"})
+    add_secret(offload, "taken", {"password": "ours"})
     foreign = must(pool, "POST", secret_path(remote_ns), secret("taken", {"password": "theirs"}))
-    must(
-        consumer, "POST", pod_path(ns), with_refs(pool_pod(bundle.slug, "skipped"), env_secrets=("private",))
+    offload.post(with_refs(offload.pod("skipped"), env_secrets=("private",)))
+    offload.post(with_refs(offload.pod("clash"), env_secrets=("taken",)))
+    wait_until(
+        lambda: offload.warning("skipped", 'Secret "private"'), 20, "a Warning naming the skipped Secret"
     )
-    must(consumer, "POST", pod_path(ns), with_refs(pool_pod(bundle.slug, "clash"), env_secrets=("taken",)))
-
-    def warned(pod: str, text: str) -> bool:
-        return any(e["type"] == "Warning" and text in e["message"] for e in events_for(consumer, ns, pod))
-
-    wait_until(lambda: warned("skipped", 'Secret "private"'), 20, "a Warning naming the skipped Secret")
-    wait_until(lambda: warned("clash", 'Secret "taken"'), 20, "a Warning naming the clashing Secret")
-    assert phase(consumer, ns, "skipped") == "Pending" and phase(consumer, ns, "clash") == "Pending"
-    assert get(pool, secret_path(remote_ns, "private")) is None
-    now = get(pool, secret_path(remote_ns, "taken"))
+    wait_until(lambda: offload.warning("clash", 'Secret "taken"'), 20, "a Warning naming the clashing Secret")
+    assert offload.phase("skipped") == "Pending" and offload.phase("clash") == "Pending"
+    assert remote_secret(offload, "private") is None
+    now = remote_secret(offload, "taken")
     assert now is not None
     assert now["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]
     assert now["data"] == {"password": b64("theirs")} and not ours(now, bundle)
 
 
-def test_secret_values_never_reach_the_log_or_events(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
+def test_secret_values_never_reach_the_log_or_events(offload: Offload) -> None:
     """The session vkbridge runs at --klog.v=2; tests/unit/test_refcount.py covers DEBUG for the reflector."""
-    ns, remote_ns = offloaded_ns
+    consumer, vkbridge, ns = offload.consumer, offload.vkbridge, offload.ns
     first, second = f"v1-{pyrandom.token_hex(16)}", f"v2-{pyrandom.token_hex(16)}"
-    must(consumer, "POST", secret_path(ns), secret("token", {"password": first}))
-    must(
-        consumer,
-        "POST",
-        pod_path(ns),
-        with_refs(pool_pod(bundle.slug, "app"), env_secrets=("token", "absent")),
-    )
-    wait_until(lambda: any('Secret "absent"' in e["message"] for e in events_for(consumer, ns, "app")), 20,
+    add_secret(offload, "token", {"password": first})
+    offload.post(with_refs(offload.pod("app"), env_secrets=("token", "absent")))
+    wait_until(lambda: any('Secret "absent"' in e["message"] for e in offload.events("app")), 20,
                "the Warning about the absent Secret")  # fmt: skip
-    must(consumer, "POST", secret_path(ns), secret("absent", {"password": second}))
-    wait_until(lambda: running(consumer, ns, "app"), 30, "app Running")
+    add_secret(offload, "absent", {"password": second})
+    wait_until(lambda: offload.running("app"), 30, "app Running")
     must(consumer, "PATCH", secret_path(ns, "token"), {"data": {"password": b64(second + "-rotated")}},
          content_type="application/merge-patch+json")  # fmt: skip
-    wait_until(lambda: ((get(pool, secret_path(remote_ns, "token")) or {}).get("data") or {}).get("password")
+    wait_until(lambda: ((remote_secret(offload, "token") or {}).get("data") or {}).get("password")
                == b64(second + "-rotated"), 5, "the rotated value on the pool")  # fmt: skip
-    must(consumer, "DELETE", pod_path(ns, "app"))
-    wait_until(lambda: get(pool, secret_path(remote_ns, "token")) is None, 15, "the copies released")
+    offload.delete("app")
+    wait_until(lambda: remote_secret(offload, "token") is None, 15, "the copies released")
 
     log = vkbridge.log_text()
     assert f"{ns}/token" in log  # the reflector logged the object by name...
-    events = " ".join(e["message"] for e in events_for(consumer, ns, "app"))
+    events = " ".join(e["message"] for e in offload.events("app"))
     for value in (first, second, second + "-rotated"):
         for form in (value, b64(value)):
             assert form not in log, "a Secret value reached the vkbridge log"
@@ -370,70 +333,56 @@ def second_virtual_node(consumer: ControlPlane, bundle: Bundle, log_path: Path) 
 
 
 def test_two_virtual_nodes_sharing_a_remote_namespace_never_delete_each_others_copies(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str], tmp_path: Path,
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
+    offload: Offload, tmp_path: Path
+) -> None:
+    bundle = offload.bundle
     mark_a = f"{c.CONFIG_USER_LABEL_PREFIX}{bundle.slug}"
-    must(consumer, "POST", secret_path(ns), secret("shared", {"password": "p"}))
-    with second_virtual_node(consumer, bundle, tmp_path / "vkbridge-b.log") as node_b:
+    add_secret(offload, "shared", {"password": "p"})
+    with second_virtual_node(offload.consumer, bundle, tmp_path / "vkbridge-b.log") as node_b:
         mark_b = f"{c.CONFIG_USER_LABEL_PREFIX}{node_b}"
         for name, node in (("a", bundle.slug), ("b", node_b)):
-            pod = with_refs(pool_pod(bundle.slug, name, node_name=node), env_secrets=("shared",))
-            must(consumer, "POST", pod_path(ns), pod)
+            offload.post(with_refs(offload.pod(name, node_name=node), env_secrets=("shared",)))
         for name in ("a", "b"):
-            wait_until(lambda name=name: running(consumer, ns, name), 30, f"{name} Running")
+            wait_until(lambda name=name: offload.running(name), 30, f"{name} Running")
 
         def labels() -> dict[str, str]:
-            return ((get(pool, secret_path(remote_ns, "shared")) or {}).get("metadata") or {}).get(
-                "labels"
-            ) or {}
+            return ((remote_secret(offload, "shared") or {}).get("metadata") or {}).get("labels") or {}
 
         wait_until(lambda: {mark_a, mark_b} <= labels().keys(), 10, "both nodes' marks on the shared copy")
-        uid = get(pool, secret_path(remote_ns, "shared"))["metadata"]["uid"]  # type: ignore[index]
+        uid = remote_secret(offload, "shared")["metadata"]["uid"]  # type: ignore[index]
 
-        must(consumer, "DELETE", pod_path(ns, "a"))
-        wait_until(lambda: get(pool, shadow_path(remote_ns, "a")) is None, 15, "a's ShadowPod gone")
+        offload.delete("a")
+        wait_until(lambda: offload.shadow("a") is None, 15, "a's ShadowPod gone")
         wait_until(lambda: mark_a not in labels(), 10, "node A's mark removed")
-        stays(lambda: (get(pool, secret_path(remote_ns, "shared")) or {"metadata": {}})["metadata"].get("uid")
-              == uid, 3.0, "the copy node B's pod uses (never deleted, never re-created)")  # fmt: skip
-        assert labels()[mark_b] == "true" and running(consumer, ns, "b")
+        stays(lambda: (remote_secret(offload, "shared") or {"metadata": {}})["metadata"].get("uid") == uid, 3.0,
+              "the copy node B's pod uses (never deleted, never re-created)")  # fmt: skip
+        assert labels()[mark_b] == "true" and offload.running("b")
 
-        must(consumer, "DELETE", pod_path(ns, "b"))
-        wait_until(lambda: get(pool, secret_path(remote_ns, "shared")) is None, 20,
+        offload.delete("b")
+        wait_until(lambda: remote_secret(offload, "shared") is None, 20,
                    "the copy deleted once neither node needs it")  # fmt: skip
 
 
 def test_local_configmap_named_like_the_renamed_root_ca_is_refused_and_never_overwrites_it(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
+    offload: Offload,
+) -> None:
+    consumer, bundle, ns = offload.consumer, offload.bundle, offload.ns
     reserved = remote_configmap_name(c.ROOT_CA_CONFIGMAP, bundle.consumer_id)
     ca_volume = {"name": "ca", "projected": {"sources": [{"configMap": {"name": c.ROOT_CA_CONFIGMAP}}]}}
-    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "ca", extra_spec={"volumes": [ca_volume]}))
-    wait_until(lambda: running(consumer, ns, "ca"), 30, "ca Running")
+    offload.post(offload.pod("ca", extra_spec={"volumes": [ca_volume]}))
+    offload.wait_running("ca")
     local_ca = get(consumer, configmap_path(ns, c.ROOT_CA_CONFIGMAP))
     assert local_ca is not None
-    wait_until(lambda: (get(pool, configmap_path(remote_ns, reserved)) or {}).get("data") == local_ca["data"],
+    wait_until(lambda: (remote_configmap(offload, reserved) or {}).get("data") == local_ca["data"],
                10, "the root CA copy")  # fmt: skip
 
-    must(consumer, "POST", configmap_path(ns), configmap(reserved, {"ca.crt": "not the CA"}))
-    must(
-        consumer,
-        "POST",
-        pod_path(ns),
-        with_refs(pool_pod(bundle.slug, "clash"), volume_configmaps=(reserved,)),
+    add_configmap(offload, reserved, {"ca.crt": "not the CA"})
+    offload.post(with_refs(offload.pod("clash"), volume_configmaps=(reserved,)))
+    wait_until(
+        lambda: offload.warning("clash", "reserved"), 20, "a Warning on the pod naming the reserved ConfigMap"
     )
-
-    def warned(name: str) -> bool:
-        return any(
-            e["type"] == "Warning" and "reserved" in e["message"] for e in events_for(consumer, ns, name)
-        )
-
-    wait_until(lambda: warned("clash"), 20, "a Warning on the pod naming the reserved ConfigMap")
-    wait_until(lambda: warned(reserved), 10, "a Warning on the ConfigMap itself")
-    assert phase(consumer, ns, "clash") == "Pending"
-    assert get(pool, shadow_path(remote_ns, "clash")) is None
-    remote_ca = get(pool, configmap_path(remote_ns, reserved))
+    wait_until(lambda: offload.warning(reserved, "reserved"), 10, "a Warning on the ConfigMap itself")
+    assert offload.phase("clash") == "Pending"
+    assert offload.shadow("clash") is None
+    remote_ca = remote_configmap(offload, reserved)
     assert remote_ca is not None and remote_ca["data"] == local_ca["data"]

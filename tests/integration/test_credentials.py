@@ -60,7 +60,7 @@ from vkbridge.kube.client import (
     ApiError,
     KubeClient,
 )
-from vkbridge.kube.kubeconfig import Credentials, cert_info, load_kubeconfig_file
+from vkbridge.kube.kubeconfig import Credentials, cert_info
 from vkbridge.kube.reachability import Reachability
 from vkbridge.kubeletapi.tls import ServingTLS
 from vkbridge.metrics import Metrics
@@ -72,6 +72,8 @@ REVIEW_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 RENEW_FAILED = "pool client certificate renewal failed; will retry"
 LOG_LINE = "served over the CSR-issued certificate\n"
 TOKEN_MARKER = "MARKER-TOKEN-from-a-local-file-7f3e"
+
+NewPeering = Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]]
 
 
 # API errors count as "not yet" while the planes settle (RBAC, a Secret being re-written).
@@ -85,16 +87,10 @@ def b64(data: bytes) -> str:
 # ---- fixtures and stacks ----------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def home(consumer: ControlPlane) -> AsyncIterator[KubeClient]:
-    async with KubeClient(load_kubeconfig_file(consumer.admin_kubeconfig), name="consumer") as client:
-        yield client
-
-
-@pytest.fixture
-async def pool_admin(pool: ControlPlane) -> AsyncIterator[KubeClient]:
-    async with KubeClient(load_kubeconfig_file(pool.admin_kubeconfig), name="pool-admin") as client:
-        yield client
+@pytest.fixture(autouse=True)
+def _vkbridge_info_captured(caplog: pytest.LogCaptureFixture) -> None:
+    """The tests here read vkbridge's INFO lines: what the operator is told about certificates."""
+    caplog.set_level(logging.INFO, logger="vkbridge")
 
 
 @pytest.fixture
@@ -104,7 +100,7 @@ def new_peering(
     tunnel: TunnelProxy,
     pool_ca_files: tuple[Path, Path],
     pool_workdir: Path,
-) -> Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]]:
+) -> NewPeering:
     """Factory: a fresh peering with certificates of ``lifetime`` and an emulator running ``controllers``."""
 
     def make(
@@ -116,6 +112,19 @@ def new_peering(
         )  # fmt: skip
 
     return make
+
+
+def quick_renewer(
+    renew_fraction: float, answer_timeout: float, retry_base: float = 0.5, retry_cap: float = 1.0
+) -> dict[str, float]:
+    """Renewer knobs for a pool that never answers: ask at ``renew_fraction`` sharp, retry within a second."""
+    return {
+        "renew_fraction": renew_fraction,
+        "provider_grace": 0.0,
+        "answer_timeout": answer_timeout,
+        "retry_base": retry_base,
+        "retry_cap": retry_cap,
+    }
 
 
 @dataclass
@@ -269,7 +278,6 @@ async def presented_certificate(port: int, ca_pem: bytes) -> x509.Certificate:
 async def test_serving_certificate_issued_by_kcm_after_approval(
     consumer: ControlPlane, home: KubeClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="vkbridge")
     node = f"vkb-serving-{uuid.uuid4().hex[:6]}"
     mgr = ServingCertificateManager(
         home, node_name=node, node_ip="127.0.0.1", certificate_type="kubelet", wait_log_interval=0.5
@@ -387,7 +395,6 @@ async def test_serving_certificate_openssl_refuses_keeps_the_old_one_and_retries
 ) -> None:
     """Issue 15 item 20: an ssl.SSLError while installing a certificate used to end the manager (and the
     process); now the round is logged, the previous certificate keeps serving and a new CSR follows."""
-    caplog.set_level(logging.INFO, logger="vkbridge")
     node = f"vkb-weak-{uuid.uuid4().hex[:6]}"
     signer = CertAuthority.create("test-serving-signer")
     mgr = ServingCertificateManager(
@@ -460,10 +467,7 @@ async def test_self_signed_serving_certificate(home: KubeClient) -> None:
 
 
 async def test_resourceslice_renewal_before_expiry_without_failed_requests(
-    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
-    home: KubeClient,
-    pool_admin: KubeClient,
-    tunnel: TunnelProxy,
+    new_peering: NewPeering, home: KubeClient, pool_admin: KubeClient, tunnel: TunnelProxy
 ) -> None:
     """A 3-minute certificate re-signed in the ResourceSlice: adopted at once, persisted, no request lost."""
     async with (
@@ -532,9 +536,7 @@ async def test_resourceslice_renewal_before_expiry_without_failed_requests(
 
 
 async def test_renew_on_the_pool_when_the_resourceslice_is_not_resigned(
-    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
-    home: KubeClient,
-    pool_admin: KubeClient,
+    new_peering: NewPeering, home: KubeClient, pool_admin: KubeClient
 ) -> None:
     """No re-signing in the ResourceSlice: the renewer asks with a Renew, verifies, swaps and persists."""
     async with (
@@ -603,19 +605,9 @@ async def test_renew_on_the_pool_when_the_resourceslice_is_not_resigned(
 
 
 async def test_pool_that_never_answers_counts_failures_and_reuses_one_renew(
-    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
-    home: KubeClient,
-    pool_admin: KubeClient,
-    caplog: pytest.LogCaptureFixture,
+    new_peering: NewPeering, home: KubeClient, pool_admin: KubeClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="vkbridge")
-    knobs = {
-        "renew_fraction": 0.02,
-        "provider_grace": 0.0,
-        "answer_timeout": 1.5,
-        "retry_base": 0.5,
-        "retry_cap": 1.0,
-    }
+    knobs = quick_renewer(renew_fraction=0.02, answer_timeout=1.5)
     async with new_peering("3m", None) as (b, _), credential_stack(home, b, renewer=knobs) as stack:
         assert stack.renewer is not None
         renewer = stack.renewer
@@ -632,13 +624,12 @@ async def test_pool_that_never_answers_counts_failures_and_reuses_one_renew(
 
 
 async def test_secret_swaps_refuses_insecure_and_keeps_newer_certificate(
-    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
+    new_peering: NewPeering,
     home: KubeClient,
     pool: ControlPlane,
     tunnel: TunnelProxy,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="vkbridge")
     async with new_peering("365d", None) as (b, _), credential_stack(home, b) as stack:
         # A new bundle (new key, same identity): swapped within 5 s, and it authenticates.
         key = ec.generate_private_key(ec.SECP256R1())
@@ -689,15 +680,11 @@ async def write_secret_kubeconfig(home: KubeClient, b: Bundle, kcfg: dict[str, A
 
 
 async def test_secret_kubeconfig_naming_a_token_file_is_refused_and_the_token_never_sent(
-    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
-    home: KubeClient,
-    tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
+    new_peering: NewPeering, home: KubeClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Issue 15 item 6: a kubeconfig Secret with ``tokenFile`` made vkbridge read a local file (its own
     ServiceAccount token) and send it as Bearer to the server the Secret names. Now it is refused, naming
     the field, the file is never read, and the working credential stays."""
-    caplog.set_level(logging.INFO, logger="vkbridge")
     marker = tmp_path / "token"
     marker.write_text(TOKEN_MARKER)
     with RecordingServer(tmp_path) as evil:
@@ -720,16 +707,11 @@ async def test_secret_kubeconfig_naming_a_token_file_is_refused_and_the_token_ne
 
 
 async def test_renew_of_our_name_not_created_by_us_is_never_deleted(
-    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
-    home: KubeClient,
-    pool_admin: KubeClient,
-    caplog: pytest.LogCaptureFixture,
+    new_peering: NewPeering, home: KubeClient, pool_admin: KubeClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Issue 15 item 23: a Renew that happened to bear our name was deleted when its CSR was not ours,
     whoever made it. Only a Renew we created (labels, spec, no owner) may be deleted."""
-    caplog.set_level(logging.INFO, logger="vkbridge")
-    knobs = {"renew_fraction": 0.02, "provider_grace": 0.0, "answer_timeout": 1.5, "retry_base": 0.3,
-             "retry_cap": 0.6}  # fmt: skip
+    knobs = quick_renewer(renew_fraction=0.02, answer_timeout=1.5, retry_base=0.3, retry_cap=0.6)
     async with new_peering("3m", None) as (b, _):
         name = f"{b.slug}-renew-{format(cert_info(b.cert_pem).serial, 'x')[-10:]}"
         other_key = ec.generate_private_key(ec.SECP256R1())
@@ -758,19 +740,10 @@ async def test_renew_of_our_name_not_created_by_us_is_never_deleted(
 
 
 async def test_expired_certificate_is_reported_once_and_not_renewed(
-    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
-    home: KubeClient,
-    caplog: pytest.LogCaptureFixture,
+    new_peering: NewPeering, home: KubeClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Nobody renews a 20-second certificate: after expiry, one line telling the operator what to do."""
-    caplog.set_level(logging.INFO, logger="vkbridge")
-    knobs = {
-        "renew_fraction": 0.9,
-        "provider_grace": 0.0,
-        "answer_timeout": 1.0,
-        "retry_base": 0.5,
-        "retry_cap": 1.0,
-    }
+    knobs = quick_renewer(renew_fraction=0.9, answer_timeout=1.0)
     async with new_peering("20s", None) as (b, _), credential_stack(home, b, renewer=knobs) as stack:
         assert stack.renewer is not None
         first = x509.load_pem_x509_certificate(b.cert_pem)
@@ -788,7 +761,7 @@ async def test_expired_certificate_is_reported_once_and_not_renewed(
 
 
 async def test_pod_reflection_continues_across_a_certificate_renewal(
-    new_peering: Callable[..., contextlib.AbstractAsyncContextManager[tuple[Bundle, EmulatorHandle | None]]],
+    new_peering: NewPeering,
     home: KubeClient,
     consumer: ControlPlane,
     pool: ControlPlane,

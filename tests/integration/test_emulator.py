@@ -127,9 +127,11 @@ async def whoami(kube: Kube, timeout: float = 10.0) -> dict[str, Any]:
     return info
 
 
-async def offloaded(
-    ck: Kube, pk: Kube, fresh_ns: Callable[..., str], consumer: ControlPlane
+@pytest.fixture
+async def offloaded_ns(
+    emulator: EmulatorHandle, consumer: ControlPlane, ck: Kube, pk: Kube, fresh_ns: Callable[..., str]
 ) -> tuple[str, str]:
+    """A fresh consumer namespace offloaded through the running emulator: (local, remote)."""
     ns = await asyncio.to_thread(fresh_ns, consumer)
     return ns, await offload_namespace_async(ck, pk, ns)
 
@@ -268,9 +270,9 @@ def test_pod_mutations_follow_liqo() -> None:
 
 
 async def test_offloading_yields_remote_namespace_and_accepted_mapping(
-    emulator: EmulatorHandle, bundle: Bundle, consumer: ControlPlane, ck: Kube, pk: Kube, fresh_ns: Any
+    bundle: Bundle, ck: Kube, pk: Kube, offloaded_ns: tuple[str, str]
 ) -> None:
-    ns, remote = await offloaded(ck, pk, fresh_ns, consumer)
+    ns, remote = offloaded_ns
     assert remote == f"{ns}-{bundle.consumer_id}"
 
     want = {"remoteNamespace": remote, "phase": "Accepted"}
@@ -338,10 +340,10 @@ async def test_namespaceoffloading_without_selector_selects_no_cluster(
 
 
 async def test_restarted_emulator_converges(
-    emulator: EmulatorHandle, bundle: Bundle, consumer: ControlPlane, ck: Kube, pk: Kube, fresh_ns: Any
+    emulator: EmulatorHandle, bundle: Bundle, ck: Kube, pk: Kube, offloaded_ns: tuple[str, str]
 ) -> None:
     """Level-based: what changed while it was down is reconciled when it comes back."""
-    ns, remote = await offloaded(ck, pk, fresh_ns, consumer)
+    ns, remote = offloaded_ns
     old_port = emulator.webhook_port
     await asyncio.to_thread(emulator.stop)
     try:
@@ -368,15 +370,9 @@ async def _absent(kube: Kube, path: str) -> bool:
 
 
 async def test_shadowpod_becomes_running_pod_owned_by_it_and_is_recreated(
-    emulator: EmulatorHandle,
-    bundle: Bundle,
-    consumer: ControlPlane,
-    ck: Kube,
-    pk: Kube,
-    tenant: Kube,
-    fresh_ns: Any,
+    pk: Kube, tenant: Kube, offloaded_ns: tuple[str, str]
 ) -> None:
-    _, remote = await offloaded(ck, pk, fresh_ns, consumer)
+    _, remote = offloaded_ns
     sp = await tenant.create(api_path(n.OFFLOADING, n.SHADOWPODS, remote), shadowpod("web", remote))
     pod_path = api_path("v1", "pods", remote, "web")
 
@@ -473,15 +469,9 @@ def _sha6(consumer_id: str) -> str:
 
 
 async def test_quota_webhook_denies_over_grant_and_frees_terminal_pods(
-    emulator: EmulatorHandle,
-    bundle: Bundle,
-    consumer: ControlPlane,
-    ck: Kube,
-    pk: Kube,
-    tenant: Kube,
-    fresh_ns: Any,
+    bundle: Bundle, pk: Kube, tenant: Kube, offloaded_ns: tuple[str, str]
 ) -> None:
-    _, remote = await offloaded(ck, pk, fresh_ns, consumer)
+    _, remote = offloaded_ns
     coll = api_path(n.OFFLOADING, n.SHADOWPODS, remote)
     assert bundle.grant["ephemeral-storage"] == "20Gi"
 
@@ -534,9 +524,9 @@ async def _labelled(ck: Kube, ns: str, want: bool = True) -> bool:
 
 
 async def test_pod_webhook_tolerates_virtual_node_in_offloaded_namespaces_only(
-    emulator: EmulatorHandle, bundle: Bundle, consumer: ControlPlane, ck: Kube, pk: Kube, fresh_ns: Any
+    bundle: Bundle, consumer: ControlPlane, ck: Kube, fresh_ns: Any, offloaded_ns: tuple[str, str]
 ) -> None:
-    ns, _ = await offloaded(ck, pk, fresh_ns, consumer)
+    ns, _ = offloaded_ns
     plain = await asyncio.to_thread(fresh_ns, consumer)
     await eventually(lambda: _labelled(ck, ns), 10, f"{SCHEDULING_LABEL} on the offloaded namespace")
 
@@ -569,9 +559,9 @@ async def test_pod_webhook_tolerates_virtual_node_in_offloaded_namespaces_only(
 
 
 async def test_pod_webhook_is_unregistered_on_stop_and_ignored_when_dead(
-    emulator: EmulatorHandle, bundle: Bundle, consumer: ControlPlane, ck: Kube, pk: Kube, fresh_ns: Any
+    emulator: EmulatorHandle, bundle: Bundle, consumer: ControlPlane, ck: Kube, offloaded_ns: tuple[str, str]
 ) -> None:
-    ns, _ = await offloaded(ck, pk, fresh_ns, consumer)
+    ns, _ = offloaded_ns
     await eventually(lambda: _labelled(ck, ns), 10, f"{SCHEDULING_LABEL} on the offloaded namespace")
     pods = api_path("v1", "pods", ns)
     mwc_path = api_path(n.ADMISSIONREG, "mutatingwebhookconfigurations", name=CONFIG_NAME)

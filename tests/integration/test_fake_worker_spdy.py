@@ -7,42 +7,24 @@ failed with "fake kubelet: SPDY/3.1 is not supported": a protocol gap a real poo
 
 from __future__ import annotations
 
-import os
-import subprocess
-import uuid
 from typing import Any
 
 import pytest
 
-from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
 from e2e.fakekubelet import FakeKubeletHandle
 from e2e.fixtures_pool import POOL_NODES
 from e2e.vkbridge_proc import VkbridgeProcess
-from tests.integration.helpers import get, must, pod_path, pool_pod, run_in_pty, wait_until
+from tests.integration.helpers import get, must, pod_path, run_in_pty, wait_until
+from tests.support.workloads import (
+    WorkerPods,
+    assert_exec_script_runs,
+    first_container_running,
+    kubectl,
+    kubectl_argv,
+)
 
 pytestmark = pytest.mark.integration
-
-SCRIPT = "echo out; echo err >&2; read line; echo got $line; exit 3"
-
-
-def kubectl(plane: ControlPlane, *args: str, input: str | None = None,
-            websocket: bool = True) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    env = dict(os.environ, KUBECTL_REMOTE_COMMAND_WEBSOCKETS="true" if websocket else "false")
-    argv = [str(plane.bin["kubectl"]), f"--kubeconfig={plane.admin_kubeconfig}", *args]
-    return subprocess.run(argv, input=input, capture_output=True, text=True, env=env, timeout=60)
-
-
-def started(plane: ControlPlane, ns: str, name: str) -> bool:
-    pod = get(plane, pod_path(ns, name)) or {}
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return bool(statuses and "running" in (statuses[0].get("state") or {}))
-
-
-def assert_exec(res: subprocess.CompletedProcess[str]) -> None:
-    assert res.returncode == 3, res.stderr
-    assert res.stdout == "out\ngot hello\n"
-    assert "err" in res.stderr and "exit code 3" in res.stderr, res.stderr
 
 
 def test_kubectl_exec_over_spdy_reaches_a_fake_kubelet_pod_through_the_pool_api_server(
@@ -55,11 +37,8 @@ def test_kubectl_exec_over_spdy_reaches_a_fake_kubelet_pod_through_the_pool_api_
                  "containers": [{"name": "main", "image": "busybox:1.36", "command": ["sleep", "3600"]}]},
     }  # fmt: skip
     must(pool, "POST", pod_path(ns), pod)
-    wait_until(lambda: started(pool, ns, "sh"), 30, "the pod running on the fake worker", 0.2)
-    res = kubectl(
-        pool, "exec", "-i", "-n", ns, "sh", "--", "sh", "-c", SCRIPT, input="hello\n", websocket=False
-    )
-    assert_exec(res)
+    wait_until(lambda: first_container_running(pool, ns, "sh"), 30, "the pod running on the fake worker", 0.2)
+    assert_exec_script_runs(pool, ns, "sh", websocket=False)
     # Stdin that ends before the command reads it (stdin stream FIN) and a large stdout (many DATA frames).
     big = kubectl(pool, "exec", "-i", "-n", ns, "sh", "--", "sh", "-c", "cat; head -c 300000 /dev/zero | tr '\\0' x",
                   input="", websocket=False)  # fmt: skip
@@ -68,8 +47,7 @@ def test_kubectl_exec_over_spdy_reaches_a_fake_kubelet_pod_through_the_pool_api_
     script = (
         "test -t 0 && echo stdin-is-a-tty; sleep 1; stty size; echo ready; read line; echo got $line; exit 5"
     )
-    argv = [str(pool.bin["kubectl"]), f"--kubeconfig={pool.admin_kubeconfig}",
-            "exec", "-it", "-n", ns, "sh", "--", "sh", "-c", script]  # fmt: skip
+    argv = kubectl_argv(pool, "exec", "-it", "-n", ns, "sh", "--", "sh", "-c", script)
     env = {"KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false"}
     code, out = run_in_pty(argv, b"typed\r", env=env)
     text = out.decode(errors="replace")
@@ -79,21 +57,11 @@ def test_kubectl_exec_over_spdy_reaches_a_fake_kubelet_pod_through_the_pool_api_
 
 
 def test_offloaded_pod_on_a_fake_worker_serves_kubectl_exec_through_vkbridges_spdy_fallback(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str], fake_nodes: FakeKubeletHandle,
+    consumer: ControlPlane, pool: ControlPlane, vkbridge: VkbridgeProcess, fake_worker_pods: WorkerPods,
+    fake_nodes: FakeKubeletHandle,
 ) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    name = f"spdy-{uuid.uuid4().hex[:6]}"
-    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, name, command="exec sleep 3600"))
-    wait_until(lambda: started(pool, remote_ns, name), 60, "the remote pod running", 0.25)
+    ns, remote_ns, name = fake_worker_pods.run("spdy", "exec sleep 3600", restart="Always")
     remote = get(pool, pod_path(remote_ns, name))
     assert remote is not None and remote["spec"]["nodeName"] in POOL_NODES
-    wait_until(lambda: started(consumer, ns, name), 30, "the local pod running at home", 0.25)
-    # vkbridge's kubelet API listens once the consumer's kube-controller-manager signed its certificate.
-    res = wait_until(
-        lambda: (r := kubectl(consumer, "exec", "-i", "-n", ns, name, "--", "sh", "-c", SCRIPT, input="hello\n"))
-        and r.returncode != 1 and r,
-        60, "kubectl exec on the consumer", 1.0,
-    )  # fmt: skip
-    assert_exec(res)
+    assert_exec_script_runs(consumer, ns, name)
     vkbridge.wait_for_log("the pool forbids WebSocket exec to this identity; using SPDY/3.1", 5)

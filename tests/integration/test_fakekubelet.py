@@ -25,8 +25,9 @@ from e2e.fakekubelet import (
     FakeKubeletHandle,
     launch_fake_kubelets,
 )
-from e2e.fakekubelet.kubeclient import KubeClient, client_ssl_context, load_kubeconfig
+from e2e.fakekubelet.kubeclient import KubeClient
 from e2e.fixtures_planes import FreshNs
+from e2e.kubeconfig import client_ssl_context, read_kubeconfig
 from tests.integration.helpers import events_for, processes_with
 
 pytestmark = pytest.mark.integration
@@ -404,7 +405,7 @@ async def exec_ws(
     tty: bool = False,
 ) -> ExecResult:
     """pods/exec through kube-apiserver as admin, over WebSocket, speaking the channel protocol."""
-    ctx: ssl.SSLContext = client_ssl_context(load_kubeconfig(plane.admin_kubeconfig))
+    ctx: ssl.SSLContext = client_ssl_context(read_kubeconfig(plane.admin_kubeconfig))
     params = [("command", c) for c in command] + [("stdout", "true")]
     params += [("stderr", "true")] if not tty else [("tty", "true")]
     if stdin is not None:
@@ -486,7 +487,7 @@ async def test_exec_stdin_tty_and_v4(fk: FakeNodes, exec_target: tuple[str, str]
 async def test_no_exec_mode_runs_200_pods_quickly(fk_noexec: FakeNodes, fresh_ns: FreshNs) -> None:
     plane = fk_noexec.plane
     ns = fresh_ns(plane)
-    client = KubeClient(load_kubeconfig(plane.admin_kubeconfig), connections=40)
+    client = KubeClient(read_kubeconfig(plane.admin_kubeconfig), connections=40)
     sem = asyncio.Semaphore(30)
     n = 200
 

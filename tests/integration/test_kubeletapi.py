@@ -39,13 +39,13 @@ from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import PODS, KubeClient
 from vkbridge.kube.health import HealthChecks
 from vkbridge.kube.kubeconfig import parse_kubeconfig
-from vkbridge.kubeletapi.channels import V5, StreamOptions
 from vkbridge.kubeletapi.metrics_server import MetricsServer
-from vkbridge.kubeletapi.pooldial import PoolDialer
-from vkbridge.kubeletapi.poolstream import DialError
-from vkbridge.kubeletapi.relay import ExecFront, Inbound, relay
 from vkbridge.kubeletapi.server import KubeletServer
-from vkbridge.kubeletapi.streams import StreamRoute, StreamService
+from vkbridge.kubeletapi.streams.channels import V5, StreamOptions
+from vkbridge.kubeletapi.streams.pooldial import PoolDialer
+from vkbridge.kubeletapi.streams.poolstream import DialError
+from vkbridge.kubeletapi.streams.relay import ExecFront, Inbound, relay
+from vkbridge.kubeletapi.streams.route import StreamRoute, StreamService
 from vkbridge.metrics import Metrics
 
 pytestmark = pytest.mark.integration
@@ -315,15 +315,14 @@ async def test_logs_of_a_pod_in_a_namespace_we_do_not_reflect_is_404(env: Env, s
     res = await kubectl(env, "logs", "-n", env.stray_ns, "stray")
     assert res.returncode != 0
     assert "(NotFound)" in res.stderr, res.stderr  # the apiserver replaces a kubelet's 404 text
-    admin, key = env.consumer.issue_client_cert("logs-admin", ["system:masters"])
-    assert key is not None
-    status, body = await _get(env, f"/containerLogs/{env.stray_ns}/stray/main", cert=(admin, key))
+    admin = admin_cert(env, "logs-admin")
+    status, body = await _get(env, f"/containerLogs/{env.stray_ns}/stray/main", cert=admin)
     assert status == 404
     assert (
         body
         == f'pods "stray" not found: namespace "{env.stray_ns}" is not reflected to the pool by this node'
     )
-    status, body = await _get(env, f"/containerLogs/{env.ns}/ghost/main", cert=(admin, key))
+    status, body = await _get(env, f"/containerLogs/{env.ns}/ghost/main", cert=admin)
     assert status == 404 and 'pods "ghost" not found' in body, body  # the pool's own NotFound
 
 
@@ -370,18 +369,17 @@ async def test_logs_and_exec_reach_only_pods_bound_to_this_node_with_the_uid_giv
             30,
             "the pool pods to run",
         )
-        admin, key = env.consumer.issue_client_cert("reach-admin", ["system:masters"])
-        assert key is not None
+        admin = admin_cert(env, "reach-admin")
         for name in remote_pods:
-            status, text = await _get(env, f"/containerLogs/{env.ns}/{name}/main", cert=(admin, key))
+            status, text = await _get(env, f"/containerLogs/{env.ns}/{name}/main", cert=admin)
             assert (status, text) == (404, f'pods "{name}" not found on node {env.node}')
-            assert await _ws_exec(env, f"/exec/{env.ns}/{name}/main", (admin, key)) == (404, b"")
-            assert await _ws_exec(env, f"/attach/{env.ns}/{name}/main", (admin, key)) == (404, b"")
+            assert await _ws_exec(env, f"/exec/{env.ns}/{name}/main", admin) == (404, b"")
+            assert await _ws_exec(env, f"/attach/{env.ns}/{name}/main", admin) == (404, b"")
         uid = env.pods[0]["metadata"]["uid"]  # "app": ours
-        assert await _ws_exec(env, f"/exec/{env.ns}/app/{uid}/main", (admin, key)) == (101, b"reached\n")
-        assert await _ws_exec(env, f"/exec/{env.ns}/app/main", (admin, key)) == (101, b"reached\n")
-        assert await _ws_exec(env, f"/exec/{env.ns}/app/{uuid.uuid4()}/main", (admin, key)) == (404, b"")
-        status, text = await _get(env, f"/containerLogs/{env.ns}/app/main", cert=(admin, key))
+        assert await _ws_exec(env, f"/exec/{env.ns}/app/{uid}/main", admin) == (101, b"reached\n")
+        assert await _ws_exec(env, f"/exec/{env.ns}/app/main", admin) == (101, b"reached\n")
+        assert await _ws_exec(env, f"/exec/{env.ns}/app/{uuid.uuid4()}/main", admin) == (404, b"")
+        status, text = await _get(env, f"/containerLogs/{env.ns}/app/main", cert=admin)
         assert status == 200 and text.startswith("line-1\n"), text
     finally:
         env.consumer.api("DELETE", f"/api/v1/namespaces/{env.ns}/pods/elsewhere", {"gracePeriodSeconds": 0})
@@ -488,9 +486,8 @@ async def test_exec_websocket_passthrough_v5_and_v4(env: Env, server: KubeletSer
         must(env.consumer, "PATCH", f"/api/v1/nodes/{env.node}/status",
                 {"status": {"declaredFeatures": None}}, content_type="application/merge-patch+json")  # fmt: skip
     # A v4 client (kubernetes_asyncio's default) is always passed through.
-    admin, admin_key = env.consumer.issue_client_cert("ws-admin", ["system:masters"])
-    assert admin_key is not None
-    ctx = client_context(env, (admin, admin_key))
+    admin = admin_cert(env, "ws-admin")
+    ctx = client_context(env, admin)
     url = f"{env.consumer.url}/api/v1/namespaces/{env.ns}/pods/app/exec".replace("https", "wss")
     params = [("command", "sh"), ("command", "-c"), ("command", "echo v4; exit 2"), ("stdout", "true")]
     out, err = b"", b""
@@ -513,10 +510,8 @@ async def test_exec_websocket_passthrough_v5_and_v4(env: Env, server: KubeletSer
 
 async def test_stats_summary_and_pods(env: Env, server: KubeletServer) -> None:
     # (the apiserver's node proxy refuses loopback node addresses, so ask the kubelet API directly)
-    admin, key = env.consumer.issue_client_cert("stats-admin", ["system:masters"])
-    assert key is not None
-    status, body = await _get(env, "/stats/summary", cert=(admin, key))
-    assert status == 200, body
+    admin = admin_cert(env, "stats-admin")
+    body = await _get_ok(env, "/stats/summary", cert=admin)
     summary = json.loads(body)
     assert summary["node"]["nodeName"] == env.node and summary["node"]["startTime"]
     refs = {(p["podRef"]["namespace"], p["podRef"]["name"]) for p in summary["pods"]}
@@ -524,8 +519,7 @@ async def test_stats_summary_and_pods(env: Env, server: KubeletServer) -> None:
     assert all(p["podRef"]["uid"] for p in summary["pods"])
     assert "cpu" not in summary["node"]  # the pool has no metrics API: no usage numbers
     for path in ("/pods", "/runningpods/"):
-        status, body = await _get(env, path, cert=(admin, key))
-        assert status == 200, body
+        body = await _get_ok(env, path, cert=admin)
         items = json.loads(body)["items"]
         listed = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in items}
         if path == "/pods":
@@ -538,10 +532,8 @@ async def test_stats_summary_and_pods(env: Env, server: KubeletServer) -> None:
 async def test_runningpods_without_the_trailing_slash_is_served_as_client_go_calls_it(
     env: Env, server: KubeletServer
 ) -> None:
-    admin, key = env.consumer.issue_client_cert("runningpods-admin", ["system:masters"])
-    assert key is not None
-    status, body = await _get(env, "/runningpods", cert=(admin, key))
-    assert status == 200, body
+    admin = admin_cert(env, "runningpods-admin")
+    body = await _get_ok(env, "/runningpods", cert=admin)
     assert (env.ns, "app") in {
         (p["metadata"]["namespace"], p["metadata"]["name"]) for p in json.loads(body)["items"]
     }
@@ -633,6 +625,13 @@ async def test_a_pool_that_forbids_websocket_exec_is_reached_over_spdy(
 # ---------------------------------------------------------------------------------------------- authn/authz
 
 
+def admin_cert(env: Env, user: str) -> tuple[bytes, bytes]:
+    """A consumer client certificate and key for ``user`` in system:masters (allowed every kubelet path)."""
+    cert, key = env.consumer.issue_client_cert(user, ["system:masters"])
+    assert key is not None
+    return cert, key
+
+
 def _token(env: Env, sa: str) -> str:
     must(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/serviceaccounts", {"metadata": {"name": sa}})
     tr = must(
@@ -671,6 +670,15 @@ async def _get(
         return resp.status, await resp.text()
 
 
+async def _get_ok(
+    env: Env, path: str, *, token: str | None = None, cert: tuple[bytes, bytes] | None = None
+) -> str:
+    """The body of a GET that must be answered 200."""
+    status, body = await _get(env, path, token=token, cert=cert)
+    assert status == 200, body
+    return body
+
+
 async def test_requests_without_credentials_get_401(env: Env, server: KubeletServer) -> None:
     assert await _get(env, "/pods") == (401, "Unauthorized")
     assert (await _get(env, "/pods", token="not-a-real-token"))[0] == 401
@@ -704,8 +712,7 @@ async def test_service_account_tokens_are_authorized_by_subject_access_review(
     must(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
     must(env.consumer, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
     try:
-        status, body = await _get(env, "/pods", token=allowed)
-        assert status == 200, body
+        body = await _get_ok(env, "/pods", token=allowed)
         assert json.loads(body)["kind"] == "PodList"
         # nodes/proxy does not grant nodes/stats: the kubelet mapping keeps them apart.
         assert (await _get(env, "/stats/summary", token=allowed))[0] == 403
@@ -718,9 +725,8 @@ async def test_service_account_tokens_are_authorized_by_subject_access_review(
 async def test_client_certificates_authenticate_and_foreign_ones_are_refused(
     env: Env, server: KubeletServer
 ) -> None:
-    admin = env.consumer.issue_client_cert("some-admin", ["system:masters"])
-    assert admin[1] is not None
-    status, body = await _get(env, "/healthz", cert=(admin[0], admin[1]))
+    admin = admin_cert(env, "some-admin")
+    status, body = await _get(env, "/healthz", cert=admin)
     assert (status, body) == (200, "ok")
     nobody = env.consumer.issue_client_cert("nobody-in-particular")
     assert nobody[1] is not None
@@ -752,9 +758,8 @@ async def test_a_changed_client_ca_is_trusted_without_a_restart(env: Env) -> Non
                         ssl_context_provider=lambda: ctx, client_ca_pem=old.cert_pem,
                         client_ca_configmap=f"{env.ns}/{cm}", remote_namespace=env.remote_namespace,
                         local_pods=no_pods)  # fmt: skip
-    admin, admin_key = env.consumer.issue_client_cert("ca-reload-admin", ["system:masters"])
-    assert admin_key is not None
-    client = client_context(env, (admin, admin_key))
+    admin = admin_cert(env, "ca-reload-admin")
+    client = client_context(env, admin)
 
     async def status() -> int | None:
         """/pods with kube-apiserver's kind of client certificate; None: the handshake was refused."""
@@ -824,9 +829,8 @@ async def test_waits_for_a_serving_certificate_then_rotates_it_without_restartin
         assert await served_serial() == x509.load_pem_x509_certificate(second.cert_pem).serial_number
         assert srv.tls.rotations == 1
         # Client certificates still verify against the client CA after the swap.
-        admin, admin_key = env.consumer.issue_client_cert("rotation-admin", ["system:masters"])
-        assert admin_key is not None
-        ctx = client_context(env, (admin, admin_key))
+        admin = admin_cert(env, "rotation-admin")
+        ctx = client_context(env, admin)
         async with (
             aiohttp.ClientSession() as http,
             http.get(f"https://127.0.0.1:{srv.port}/pods", ssl=ctx) as r,
@@ -885,9 +889,8 @@ async def test_port_forward_is_relayed_to_the_pool_and_refused_for_a_namespace_w
     res = await kubectl(env, "port-forward", "-n", env.ns, "pod/app", f"{free_port()}:80", timeout=30)
     assert res.returncode != 0
     assert "fake kubelet" in res.stderr and "not implemented by this" not in res.stderr, res.stderr
-    admin, key = env.consumer.issue_client_cert("pf-admin", ["system:masters"])
-    assert key is not None
-    status, body = await _get(env, f"/portForward/{env.stray_ns}/stray?port=80", cert=(admin, key))
+    admin = admin_cert(env, "pf-admin")
+    status, body = await _get(env, f"/portForward/{env.stray_ns}/stray?port=80", cert=admin)
     assert status == 404
     assert body.endswith(f'namespace "{env.stray_ns}" is not reflected to the pool by this node\n')
 
@@ -993,10 +996,8 @@ async def test_prometheus_kubelet_paths_refuse_a_user_without_nodes_metrics(
 async def test_stats_summary_gives_each_running_container_its_start_time(
     env: Env, server: KubeletServer
 ) -> None:
-    admin, key = env.consumer.issue_client_cert("stats-containers-admin", ["system:masters"])
-    assert key is not None
-    status, body = await _get(env, "/stats/summary", cert=(admin, key))
-    assert status == 200, body
+    admin = admin_cert(env, "stats-containers-admin")
+    body = await _get_ok(env, "/stats/summary", cert=admin)
     pods = {(p["podRef"]["namespace"], p["podRef"]["name"]): p for p in json.loads(body)["pods"]}
     started = env.pods[0]["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
     assert pods[(env.ns, "app")]["containers"] == [{"name": "main", "startTime": started}]
@@ -1007,17 +1008,15 @@ async def test_runningpods_lists_only_the_pods_that_run_on_the_pool(env: Env, se
     /runningpods: the kubelet lists what its runtime runs."""
     held = f"held-{uuid.uuid4().hex[:5]}"
     must(env.consumer, "POST", f"/api/v1/namespaces/{env.ns}/pods", _pod(held, env.node))
-    admin, key = env.consumer.issue_client_cert("runningpods-held-admin", ["system:masters"])
-    assert key is not None
+    admin = admin_cert(env, "runningpods-held-admin")
     try:
         for _ in range(100):  # until our pod cache has it
-            if held in (await _get(env, "/pods", cert=(admin, key)))[1]:
+            if held in (await _get(env, "/pods", cert=admin))[1]:
                 break
             await asyncio.sleep(0.1)
         names: dict[str, set[str]] = {}
         for path in ("/pods", "/runningpods/", "/runningpods"):
-            status, body = await _get(env, path, cert=(admin, key))
-            assert status == 200, body
+            body = await _get_ok(env, path, cert=admin)
             names[path] = {p["metadata"]["name"] for p in json.loads(body)["items"]}
         assert held in names["/pods"] and "app" in names["/pods"]
         assert held not in names["/runningpods/"] and "app" in names["/runningpods/"]
@@ -1071,14 +1070,12 @@ async def test_resource_metrics_follow_the_pool_pod_metrics_as_a_counter_metrics
 ) -> None:
     """metrics-server scrapes /metrics/resource and takes delta CPU counter over delta sample time: the
     pool's PodMetrics rates, mapped to the local namespace, integrate so that it reads the pool's rate."""
-    admin, key = env.consumer.issue_client_cert("resource-metrics-admin", ["system:masters"])
-    assert key is not None
+    admin = admin_cert(env, "resource-metrics-admin")
     path = f"/apis/metrics.k8s.io/v1beta1/namespaces/{env.remote_ns}/pods"
     t1, t2 = "2026-12-01T12:00:00Z", "2026-12-01T12:00:15Z"
     with pool_metrics_api(env.pool):
         created = must(env.pool, "POST", path, _pod_metrics("app", t1, "250m", "64Mi"))
-        status, body = await _get(env, "/metrics/resource", cert=(admin, key))
-        assert status == 200, body
+        body = await _get_ok(env, "/metrics/resource", cert=admin)
         first = _families(body)
         labels = {"container": "main", "namespace": env.ns, "pod": "app"}  # the local names
         (cpu1,) = [s for s in first["container_cpu_usage_seconds"].samples if s.labels == labels]
@@ -1090,13 +1087,11 @@ async def test_resource_metrics_follow_the_pool_pod_metrics_as_a_counter_metrics
         assert first["node_cpu_usage_seconds"].samples[0].value >= 7.5
         must(env.pool, "PUT", f"{path}/app",
                 _pod_metrics("app", t2, "500m", "80Mi", created["metadata"]["resourceVersion"]))  # fmt: skip
-        status, body = await _get(env, "/metrics/resource", cert=(admin, key))
-        assert status == 200, body
+        body = await _get_ok(env, "/metrics/resource", cert=admin)
         (cpu2,) = [s for s in _families(body)["container_cpu_usage_seconds"].samples if s.labels == labels]
         assert cpu2.timestamp is not None and cpu1.timestamp is not None
         assert (cpu2.value - cpu1.value) / (cpu2.timestamp - cpu1.timestamp) == 0.5  # the pool's latest rate
-        status, body = await _get(env, "/stats/summary", cert=(admin, key))
-        assert status == 200, body
+        body = await _get_ok(env, "/stats/summary", cert=admin)
         (app,) = [p for p in json.loads(body)["pods"] if p["podRef"] == {"name": "app", "namespace": env.ns,
                                                                            "uid": env.pods[0]["metadata"]["uid"]}]  # fmt: skip
         (main,) = app["containers"]

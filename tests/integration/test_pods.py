@@ -33,10 +33,12 @@ from tests.integration.helpers import (
     phase,
     pod_path,
     pool_pod,
+    rs_path,
     set_grant,
     shadow_path,
     wait_until,
 )
+from tests.support.offload import Offload, wait_node_idle
 from vkbridge.app import HomeEventWriter
 from vkbridge.grant import Admission, Grant
 from vkbridge.kube.cache import Cache
@@ -49,35 +51,16 @@ from vkbridge.metrics import Metrics
 pytestmark = pytest.mark.integration
 
 
-def running(plane: ControlPlane, ns: str, name: str) -> bool:
-    return phase(plane, ns, name) == "Running"
-
-
-def active_pods(consumer: ControlPlane, node: str) -> list[str]:
-    body = must(consumer, "GET", f"/api/v1/pods?fieldSelector=spec.nodeName={node}")
-    return [
-        p["metadata"]["name"]
-        for p in body["items"]
-        if p["status"].get("phase") not in ("Succeeded", "Failed")
-    ]
-
-
 def restart_count(pod: dict[str, Any]) -> int:
     statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
     return int(statuses[0].get("restartCount") or 0)
 
 
-def test_burst_hello_runs_on_the_pool_and_status_is_mirrored(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    pod = pool_pod(bundle.slug, "burst-hello", command="echo hello from the pool; uname -n; sleep 30",
-                   restart="Never")  # fmt: skip
-    must(consumer, "POST", pod_path(ns), pod)
-    wait_until(lambda: running(consumer, ns, "burst-hello"), 30, "burst-hello Running at home")
-    local = get(consumer, pod_path(ns, "burst-hello"))
-    remote = get(pool, pod_path(remote_ns, "burst-hello"))
+def test_burst_hello_runs_on_the_pool_and_status_is_mirrored(offload: Offload) -> None:
+    consumer, bundle, ns = offload.consumer, offload.bundle, offload.ns
+    offload.run("burst-hello", command="echo hello from the pool; uname -n; sleep 30", restart="Never")
+    local = offload.local("burst-hello")
+    remote = offload.remote("burst-hello")
     assert local is not None and remote is not None
     assert local["spec"]["nodeName"] == bundle.slug
     assert local["status"]["startTime"] == remote["status"]["startTime"]
@@ -86,16 +69,16 @@ def test_burst_hello_runs_on_the_pool_and_status_is_mirrored(
     )
     assert local["status"]["hostIP"] == "127.0.0.1"
     assert local["metadata"]["labels"]["liqo.io/shadowPod"] == "true"
-    shadow = get(pool, shadow_path(remote_ns, "burst-hello"))
+    shadow = offload.shadow("burst-hello")
     assert shadow is not None
     labels = shadow["metadata"]["labels"]
     assert labels["offloading.liqo.io/origin"] == bundle.consumer_id
     assert labels["offloading.liqo.io/destination"] == bundle.slug
     assert labels["offloading.liqo.io/nodename"] == bundle.slug
     assert any(m.get("manager") == "reflection.liqo.io" for m in shadow["metadata"]["managedFields"])
-    reasons = {e["reason"] for e in events_for(consumer, ns, "burst-hello")}
+    reasons = {e["reason"] for e in offload.events("burst-hello")}
     assert "SuccessfulReflection" in reasons
-    vkbridge.wait_for_log(f"local pod Running.*pod={ns}/burst-hello", 5)
+    offload.vkbridge.wait_for_log(f"local pod Running.*pod={ns}/burst-hello", 5)
     # The kubelet API listens once kube-controller-manager signed vkbridge's serving certificate.
     logs = wait_until(
         lambda: (r := consumer.kubectl("-n", ns, "logs", "burst-hello", check=False)).returncode == 0 and r,
@@ -106,66 +89,47 @@ def test_burst_hello_runs_on_the_pool_and_status_is_mirrored(
     assert "hello from the pool" in logs.stdout
 
 
-def test_remote_pod_deleted_is_recreated_and_restart_count_grows(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "web"))
-    wait_until(lambda: running(consumer, ns, "web"), 30, "web Running")
-    old_uid = get(pool, pod_path(remote_ns, "web"))["metadata"]["uid"]  # type: ignore[index]
-    must(pool, "DELETE", pod_path(remote_ns, "web") + "?gracePeriodSeconds=0")
-    wait_until(lambda: (get(pool, pod_path(remote_ns, "web")) or {"metadata": {"uid": old_uid}})["metadata"]["uid"]
+def test_remote_pod_deleted_is_recreated_and_restart_count_grows(offload: Offload) -> None:
+    offload.run("web")
+    old_uid = offload.remote("web")["metadata"]["uid"]  # type: ignore[index]
+    must(offload.pool, "DELETE", pod_path(offload.remote_ns, "web") + "?gracePeriodSeconds=0")
+    wait_until(lambda: (offload.remote("web") or {"metadata": {"uid": old_uid}})["metadata"]["uid"]
                != old_uid, 30, "the pool to re-create the pod")  # fmt: skip
-    wait_until(lambda: restart_count(get(consumer, pod_path(ns, "web")) or {}) == 1 and running(consumer, ns, "web"),
+    wait_until(lambda: restart_count(offload.local("web") or {}) == 1 and offload.running("web"),
                30, "local restartCount 1 and Running")  # fmt: skip
 
 
-def test_deleted_shadowpod_is_recreated(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "api"))
-    wait_until(lambda: running(consumer, ns, "api"), 30, "api Running")
-    old = get(pool, shadow_path(remote_ns, "api"))
+def test_deleted_shadowpod_is_recreated(offload: Offload) -> None:
+    offload.run("api")
+    old = offload.shadow("api")
     assert old is not None
-    must(pool, "DELETE", shadow_path(remote_ns, "api"))
-    wait_until(lambda: (get(pool, shadow_path(remote_ns, "api")) or old)["metadata"]["uid"] != old["metadata"]["uid"],
+    offload.delete_shadow("api")
+    wait_until(lambda: (offload.shadow("api") or old)["metadata"]["uid"] != old["metadata"]["uid"],
                30, "the ShadowPod to be re-created")  # fmt: skip
-    wait_until(lambda: running(consumer, ns, "api"), 30, "api Running again")
+    wait_until(lambda: offload.running("api"), 30, "api Running again")
 
 
-def test_local_delete_removes_remote_then_local_within_5s(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "gone"))
-    wait_until(lambda: running(consumer, ns, "gone"), 30, "gone Running")
+def test_local_delete_removes_remote_then_local_within_5s(offload: Offload) -> None:
+    offload.run("gone")
     t0 = time.monotonic()
-    must(consumer, "DELETE", pod_path(ns, "gone"))
-    wait_until(lambda: get(consumer, pod_path(ns, "gone")) is None, 5, "the local pod to be gone")
+    offload.delete("gone")
+    wait_until(lambda: offload.local("gone") is None, 5, "the local pod to be gone")
     elapsed = time.monotonic() - t0
-    assert get(pool, shadow_path(remote_ns, "gone")) is None
-    assert get(pool, pod_path(remote_ns, "gone")) is None
+    assert offload.shadow("gone") is None
+    assert offload.remote("gone") is None
     print(f"\nlocal delete -> remote gone -> local gone in {elapsed:.2f}s")
 
 
-def test_completed_pod_is_succeeded_and_never_recreated(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "job", command="echo done", restart="Never"))
-    wait_until(lambda: phase(consumer, ns, "job") == "Succeeded", 30, "job Succeeded at home")
-    shadow = get(pool, shadow_path(remote_ns, "job"))
+def test_completed_pod_is_succeeded_and_never_recreated(offload: Offload) -> None:
+    offload.create("job", command="echo done", restart="Never")
+    wait_until(lambda: offload.phase("job") == "Succeeded", 30, "job Succeeded at home")
+    shadow = offload.shadow("job")
     assert shadow is not None
-    must(pool, "DELETE", shadow_path(remote_ns, "job"))
-    wait_until(lambda: get(pool, shadow_path(remote_ns, "job")) is None, 10, "the ShadowPod to be gone")
+    offload.delete_shadow("job")
+    wait_until(lambda: offload.shadow("job") is None, 10, "the ShadowPod to be gone")
     time.sleep(3)  # give a buggy reflector time to re-create it (liqo#3096)
-    assert get(pool, shadow_path(remote_ns, "job")) is None
-    assert phase(consumer, ns, "job") == "Succeeded"
+    assert offload.shadow("job") is None
+    assert offload.phase("job") == "Succeeded"
 
 
 def test_daemonset_style_pod_in_non_offloaded_namespace_gets_backoff_and_event(
@@ -191,20 +155,12 @@ def test_daemonset_style_pod_in_non_offloaded_namespace_gets_backoff_and_event(
     assert "offload" in events[0]["message"].lower()
 
 
-def test_pool_quota_refusal_is_reported_and_pod_runs_once_quota_frees(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    wait_until(
-        lambda: not active_pods(consumer, bundle.slug), 90, "earlier tests' pods to be gone", interval=0.5
-    )
+def test_pool_quota_refusal_is_reported_and_pod_runs_once_quota_frees(offload: Offload) -> None:
+    consumer, bundle = offload.consumer, offload.bundle
+    wait_node_idle(consumer, bundle.slug)
     # Another virtual node of the same consumer holds most of the pool quota: our grant ledger cannot
     # see it (other node label), so only the pool's webhook can refuse our ShadowPod.
-    grant = get(
-        consumer,
-        f"/apis/authentication.liqo.io/v1beta1/namespaces/{bundle.tenant_ns}/resourceslices/{bundle.slug}",
-    )
+    grant = get(consumer, rs_path(bundle))
     assert grant is not None
     hog = {
         "apiVersion": "offloading.liqo.io/v1beta1",
@@ -221,56 +177,52 @@ def test_pool_quota_refusal_is_reported_and_pod_runs_once_quota_frees(
                                          "resources": {"requests": {"cpu": grant["status"]["resources"]["cpu"],
                                                                     "memory": "64Mi"}}}]}},
     }  # fmt: skip
-    must(pool, "POST", shadow_path(remote_ns), hog)
+    must(offload.pool, "POST", shadow_path(offload.remote_ns), hog)
     try:
-        must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "refused", cpu="500m"))
+        offload.create("refused", cpu="500m")
 
         def refused_event() -> dict[str, Any] | None:
-            for e in events_for(consumer, ns, "refused"):
+            for e in offload.events("refused"):
                 if e["reason"] == "FailedReflection" and "quota" in e["message"]:
                     return e
             return None
 
         event = wait_until(refused_event, 30, "a FailedReflection event with the pool's quota message")
         assert "exceeded" in event["message"]
-        assert phase(consumer, ns, "refused") == "Pending"
+        assert offload.phase("refused") == "Pending"
     finally:
-        must(pool, "DELETE", shadow_path(remote_ns, "hog"))
+        offload.delete_shadow("hog")
     # The retry backoff has grown meanwhile; the reflection-touch kick (GUIDE §7.4) re-queues at once.
-    must(consumer, "PATCH", pod_path(ns, "refused"), {"metadata": {"annotations": {"multicloud.io/reflection-touch": "1"}}},
+    must(consumer, "PATCH", pod_path(offload.ns, "refused"), {"metadata": {"annotations": {"multicloud.io/reflection-touch": "1"}}},
          content_type="application/merge-patch+json")  # fmt: skip
     wait_until(
-        lambda: running(consumer, ns, "refused"),
+        lambda: offload.running("refused"),
         10,
         "the refused pod to run once quota frees and it is touched",
     )
 
 
-def test_burst_of_200_survives_sigkill_mid_burst_without_duplicates_or_losses(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
+def test_burst_of_200_survives_sigkill_mid_burst_without_duplicates_or_losses(offload: Offload) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    ns, remote_ns = offloaded_ns
+    consumer, bundle, ns = offload.consumer, offload.bundle, offload.ns
     n = 200
     set_grant(consumer, bundle, {**DEFAULT, "pods": "400"})
     try:
         names = [f"b{i:03d}" for i in range(n)]
         t0 = time.monotonic()
         with ThreadPoolExecutor(8) as ex:
-            list(ex.map(lambda name: must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, name, cpu="5m",
-                                                                                memory="4Mi")), names))  # fmt: skip
+            list(ex.map(lambda name: offload.create(name, cpu="5m", memory="4Mi"), names))
 
         def shadows() -> list[dict[str, Any]]:
-            return list(must(pool, "GET", shadow_path(remote_ns)).get("items") or [])
+            return list(must(offload.pool, "GET", shadow_path(offload.remote_ns)).get("items") or [])
 
         wait_until(
             lambda: len(shadows()) >= n // 3, 60, "a third of the burst to reach the pool", interval=0.2
         )
-        vkbridge.kill()
+        offload.vkbridge.kill()
         killed_with = len(shadows())
-        vkbridge.start()
+        offload.vkbridge.start()
 
         def all_running() -> bool:
             items = must(consumer, "GET", pod_path(ns))["items"]
@@ -305,47 +257,42 @@ def controller_uid(pod: dict[str, Any] | None) -> str | None:
     return None
 
 
-def test_same_name_replacement_pod_gets_a_new_shadowpod_not_the_old_status(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
+def test_same_name_replacement_pod_gets_a_new_shadowpod_not_the_old_status(offload: Offload) -> None:
     """Item 8: StatefulSet web-0 force-deleted and re-created while vkbridge is away must not adopt the old
     ShadowPod: the old one is deleted (UID precondition), a new one made for the new UID, and the old remote
     pod's status is never written onto the new pod."""
-    ns, remote_ns = offloaded_ns
-    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "web-0", labels={"gen": "one"}))
-    wait_until(lambda: running(consumer, ns, "web-0"), 30, "web-0 Running")
-    old_shadow = get(pool, shadow_path(remote_ns, "web-0"))
-    old_remote = get(pool, pod_path(remote_ns, "web-0"))
+    vkbridge = offload.vkbridge
+    offload.run("web-0", labels={"gen": "one"})
+    old_shadow = offload.shadow("web-0")
+    old_remote = offload.remote("web-0")
     assert old_shadow is not None and old_remote is not None
     old_started = old_remote["status"]["startTime"]
     vkbridge.kill()
     try:
-        must(consumer, "DELETE", pod_path(ns, "web-0"), {"gracePeriodSeconds": 0})
-        wait_until(lambda: get(consumer, pod_path(ns, "web-0")) is None, 10, "the old web-0 to be gone")
+        offload.delete("web-0", {"gracePeriodSeconds": 0})
+        wait_until(lambda: offload.local("web-0") is None, 10, "the old web-0 to be gone")
         time.sleep(1.1)  # a new startTime differs from the old one by at least a second
-        new_uid = must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "web-0", labels={"gen": "two"}))[
-            "metadata"]["uid"]  # fmt: skip
+        new_uid = offload.create("web-0", labels={"gen": "two"})["metadata"]["uid"]
     finally:
         vkbridge.start()
     seen_starts: set[str] = set()
 
     def replaced() -> bool:
-        local = get(consumer, pod_path(ns, "web-0")) or {}
+        local = offload.local("web-0") or {}
         if start := (local.get("status") or {}).get("startTime"):
             seen_starts.add(start)
-        shadow = get(pool, shadow_path(remote_ns, "web-0")) or {"metadata": {}}
-        remote = get(pool, pod_path(remote_ns, "web-0"))
+        shadow = offload.shadow("web-0") or {"metadata": {}}
+        remote = offload.remote("web-0")
         return (
             (shadow["metadata"].get("labels") or {}).get("gen") == "two"
             and controller_uid(remote) == shadow["metadata"].get("uid")
-            and running(consumer, ns, "web-0")
+            and offload.running("web-0")
         )
 
     wait_until(replaced, 60, "a ShadowPod for the new web-0 and the new pod Running", interval=0.2)
-    shadow = get(pool, shadow_path(remote_ns, "web-0"))
-    remote = get(pool, pod_path(remote_ns, "web-0"))
-    local = get(consumer, pod_path(ns, "web-0"))
+    shadow = offload.shadow("web-0")
+    remote = offload.remote("web-0")
+    local = offload.local("web-0")
     assert shadow is not None and remote is not None and local is not None
     assert shadow["metadata"]["uid"] != old_shadow["metadata"]["uid"], "the old ShadowPod was adopted"
     assert shadow["metadata"]["annotations"][UID_ANNOTATION] == new_uid
@@ -353,73 +300,61 @@ def test_same_name_replacement_pod_gets_a_new_shadowpod_not_the_old_status(
     assert old_started not in seen_starts, "the old remote pod's status was written onto the new pod"
 
 
-def test_terminal_local_pod_gets_no_new_shadowpod_while_its_remote_pod_runs(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
+def test_terminal_local_pod_gets_no_new_shadowpod_while_its_remote_pod_runs(offload: Offload) -> None:
     """Item 10: a Failed local pod whose ShadowPod is gone while its remote pod still runs (orphaned) is
     neither re-created on the pool nor given the remote pod's Running status: terminal stays terminal."""
-    ns, remote_ns = offloaded_ns
-    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "done"))
-    wait_until(lambda: running(consumer, ns, "done"), 30, "done Running")
+    consumer, vkbridge, ns = offload.consumer, offload.vkbridge, offload.ns
+    offload.run("done")
     vkbridge.kill()
     try:
         must(consumer, "PATCH", pod_path(ns, "done") + "/status",
              {"status": {"phase": "Failed", "reason": "Evicted", "message": "evicted by a test"}},
              content_type=MERGE)  # fmt: skip
-        must(pool, "DELETE", shadow_path(remote_ns, "done"), {"propagationPolicy": "Orphan"})
-        wait_until(lambda: get(pool, shadow_path(remote_ns, "done")) is None, 10, "the ShadowPod to be gone")
-        assert phase(pool, remote_ns, "done") == "Running"
+        offload.delete_shadow("done", {"propagationPolicy": "Orphan"})
+        wait_until(lambda: offload.shadow("done") is None, 10, "the ShadowPod to be gone")
+        assert phase(offload.pool, offload.remote_ns, "done") == "Running"
     finally:
         mark = len(vkbridge.log_text())
         vkbridge.start()
     try:
-        wait_until(lambda: node_ready(consumer, bundle.slug) == "True", 60, "the node Ready again")
+        wait_until(lambda: node_ready(consumer, offload.bundle.slug) == "True", 60, "the node Ready again")
         vkbridge.wait_for_log(f"reflection started.*namespace={ns}", 30, mark)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            assert get(pool, shadow_path(remote_ns, "done")) is None, (
-                "a finished pod was sent to the pool again"
-            )
-            assert phase(consumer, ns, "done") == "Failed"
+            assert offload.shadow("done") is None, "a finished pod was sent to the pool again"
+            assert offload.phase("done") == "Failed"
             time.sleep(0.2)
     finally:
-        pool.api("DELETE", pod_path(remote_ns, "done") + "?gracePeriodSeconds=0")
+        offload.pool.api("DELETE", pod_path(offload.remote_ns, "done") + "?gracePeriodSeconds=0")
 
 
 def test_remote_api_server_annotation_is_ignored_with_a_warning_while_support_is_off(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
+    offload: Offload,
+) -> None:
     """Item 19: ``liqo.io/api-server-support: remote`` does not bring back automount, token volumes or a
     remote ServiceAccount while API server support is off; the pod gets a Warning event saying so."""
-    ns, remote_ns = offloaded_ns
-    pod = pool_pod(bundle.slug, "wants-api", annotations={
+    pod = offload.pod("wants-api", annotations={
         "liqo.io/api-server-support": "remote", "liqo.io/remote-service-account-name": "pool-admin"})  # fmt: skip
     pod["spec"]["volumes"] = [{"name": "tok", "projected": {"sources": [
         {"serviceAccountToken": {"audience": "vault", "path": "token"}}]}}]  # fmt: skip
-    must(consumer, "POST", pod_path(ns), pod)
-    shadow = wait_until(lambda: get(pool, shadow_path(remote_ns, "wants-api")), 30, "the ShadowPod")
+    offload.post(pod)
+    shadow = wait_until(lambda: offload.shadow("wants-api"), 30, "the ShadowPod")
     spec = shadow["spec"]["pod"]
     assert spec["automountServiceAccountToken"] is False
     assert "serviceAccountName" not in spec
     assert spec["volumes"][0]["projected"]["sources"] == []
     event = wait_until(
-        lambda: next((e for e in events_for(consumer, ns, "wants-api") if e["reason"] == "APIServerSupportIgnored"),
+        lambda: next((e for e in offload.events("wants-api") if e["reason"] == "APIServerSupportIgnored"),
                      None), 10, "the APIServerSupportIgnored event")  # fmt: skip
     assert event["type"] == "Warning" and "liqo.io/api-server-support" in event["message"]
-    wait_until(lambda: running(consumer, ns, "wants-api"), 30, "the pod Running without API access")
+    wait_until(lambda: offload.running("wants-api"), 30, "the pod Running without API access")
 
 
-def test_one_namespace_that_never_syncs_holds_up_no_other_namespace(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str], fresh_ns: Any,
-) -> None:  # fmt: skip
+def test_one_namespace_that_never_syncs_holds_up_no_other_namespace(offload: Offload, fresh_ns: Any) -> None:
     """Item 11: a remote namespace where vkbridge is denied (403) never syncs; it is logged once with its
     reason, and pods of other namespaces are created, mirrored and deleted as usual meanwhile."""
-    ns, _ = offloaded_ns
-    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "before"))
-    wait_until(lambda: running(consumer, ns, "before"), 30, "a pod Running before the stuck namespace")
+    consumer, pool, bundle, vkbridge = offload.consumer, offload.pool, offload.bundle, offload.vkbridge
+    offload.run("before")
     stuck = fresh_ns(consumer, "stuck")
     stuck_remote = n.remote_namespace(stuck, bundle.consumer_id)
     pool_tenant = n.pool_tenant_ns(bundle.consumer_id)
@@ -437,10 +372,9 @@ def test_one_namespace_that_never_syncs_holds_up_no_other_namespace(
         offload_namespace(consumer, pool, stuck)
         vkbridge.wait_for_log(rf"reflection starting.*namespace={stuck}\b", 30, mark)
         # Other namespaces go on meanwhile: a new pod is admitted and runs, an old one is deleted.
-        must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "after"))
-        wait_until(lambda: running(consumer, ns, "after"), 30, "a new pod Running beside the stuck namespace")
-        must(consumer, "DELETE", pod_path(ns, "before"))
-        wait_until(lambda: get(consumer, pod_path(ns, "before")) is None, 15, "the old pod deleted")
+        offload.run("after")
+        offload.delete("before")
+        wait_until(lambda: offload.local("before") is None, 15, "the old pod deleted")
         line = vkbridge.wait_for_log(rf"namespace reflection not starting.*namespace={stuck}\b.*", 30, mark)
         assert "403" in line.group(0) or "forbidden" in line.group(0).lower(), line.group(0)
         told = re.findall(

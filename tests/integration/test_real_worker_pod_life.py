@@ -20,11 +20,11 @@ import pytest
 
 from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
-from e2e.fixtures_pool import offload_namespace
 from e2e.fixtures_workers import steer_pool_pods_to
 from e2e.vkbridge_proc import VkbridgeProcess
 from e2e.workers import why_not
 from tests.integration.helpers import get, must, pod_path, pool_pod, run_in_pty, wait_until
+from tests.support.workloads import kubectl, kubectl_argv, offloaded_namespace
 
 _WHY_NOT = why_not()
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(_WHY_NOT is not None, reason=str(_WHY_NOT))]
@@ -37,12 +37,6 @@ CRASH_ONCE = (
 # Ignores TERM for longer than any grace period: only the kubelet's KILL at the deadline ends it.
 STUBBORN = "trap 'echo got TERM; sleep 60' TERM; echo up; while true; do sleep 0.2; done"
 GRACE_S = 4
-
-
-def kubectl(plane: ControlPlane, *args: str, input: str | None = None,
-            timeout: float = 60) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    argv = [str(plane.bin["kubectl"]), f"--kubeconfig={plane.admin_kubeconfig}", *args]
-    return subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
 
 
 def container_status(pod: dict[str, Any] | None, name: str, init: bool = False) -> dict[str, Any]:
@@ -97,24 +91,20 @@ def life(
     real_pool_worker: str,
 ) -> Iterator[tuple[str, str]]:  # fmt: skip
     """An offloaded namespace with the module's pods, all bound to the real worker; (local, remote)."""
-    ns = f"life-{uuid.uuid4().hex[:7]}"
-    must(consumer, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
-    wait_until(lambda: get(consumer, f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 30, "the SA")
-    remote_ns = offload_namespace(consumer, pool, ns)
-    with steer_pool_pods_to(pool, real_pool_worker):
-        for pod in _pods(bundle.slug).values():
-            must(consumer, "POST", pod_path(ns), pod)
-        for name in ("ticker", "crasher", "stubborn"):
-            wait_until(lambda n=name: _remote_scheduled(pool, remote_ns, n, real_pool_worker),  # type: ignore[misc]
-                       60, f"{name} bound to the real worker", 0.25)  # fmt: skip
-    for name in ("ticker", "stubborn"):
-        wait_until(lambda n=name: container_status(get(consumer, pod_path(ns, n)), "hello").get("started"),  # type: ignore[misc]
-                   60, f"{name} running at home", 0.25)  # fmt: skip
-    # vkbridge's kubelet API listens once the consumer's kube-controller-manager signed its certificate.
-    wait_until(lambda: kubectl(consumer, "logs", "-n", ns, "ticker", "--tail=1").returncode == 0,
-               60, "kubectl logs on the consumer", 1.0)  # fmt: skip
-    yield ns, remote_ns
-    consumer.api("DELETE", f"/api/v1/namespaces/{ns}")
+    with offloaded_namespace(consumer, pool, "life") as (ns, remote_ns):
+        with steer_pool_pods_to(pool, real_pool_worker):
+            for pod in _pods(bundle.slug).values():
+                must(consumer, "POST", pod_path(ns), pod)
+            for name in ("ticker", "crasher", "stubborn"):
+                wait_until(lambda n=name: _remote_scheduled(pool, remote_ns, n, real_pool_worker),  # type: ignore[misc]
+                           60, f"{name} bound to the real worker", 0.25)  # fmt: skip
+        for name in ("ticker", "stubborn"):
+            wait_until(lambda n=name: container_status(get(consumer, pod_path(ns, n)), "hello").get("started"),  # type: ignore[misc]
+                       60, f"{name} running at home", 0.25)  # fmt: skip
+        # vkbridge's kubelet API listens once the consumer's kube-controller-manager signed its certificate.
+        wait_until(lambda: kubectl(consumer, "logs", "-n", ns, "ticker", "--tail=1").returncode == 0,
+                   60, "kubectl logs on the consumer", 1.0)  # fmt: skip
+        yield ns, remote_ns
 
 
 # ---------------------------------------------------------------------------------------------- logs
@@ -123,8 +113,7 @@ def life(
 def test_kubectl_logs_follow_streams_new_lines_of_a_running_real_container(life: tuple[str, str],
                                                                            consumer: ControlPlane) -> None:  # fmt: skip
     ns, _ = life
-    argv = [str(consumer.bin["kubectl"]), f"--kubeconfig={consumer.admin_kubeconfig}",
-            "logs", "-f", "--tail=1", "-n", ns, "ticker"]  # fmt: skip
+    argv = kubectl_argv(consumer, "logs", "-f", "--tail=1", "-n", ns, "ticker")
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None
         try:
@@ -209,8 +198,7 @@ def test_exec_with_a_tty_gets_a_terminal_and_the_exit_code(life: tuple[str, str]
                                                            consumer: ControlPlane) -> None:  # fmt: skip
     ns, _ = life
     script = "test -t 0 && echo stdin-is-a-tty; echo ready; read line; echo got $line; exit 5"
-    argv = [str(consumer.bin["kubectl"]), f"--kubeconfig={consumer.admin_kubeconfig}",
-            "exec", "-it", "-n", ns, "ticker", "--", "sh", "-c", script]  # fmt: skip
+    argv = kubectl_argv(consumer, "exec", "-it", "-n", ns, "ticker", "--", "sh", "-c", script)
     code, out = run_in_pty(argv, b"typed\r")
     text = out.decode(errors="replace")
     assert code == 5, text

@@ -24,21 +24,18 @@ import subprocess
 import termios
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 
-from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
-from e2e.fixtures_workers import steer_pool_pods_to
 from e2e.tunnel import TunnelProxy
 from e2e.vkbridge_proc import VkbridgeProcess
 from e2e.workers import why_not
-from tests.integration.helpers import get, must, pod_path, pool_pod, wait_until
+from tests.integration.helpers import get, pod_path, wait_until
+from tests.support.workloads import WorkerPods, kubectl_argv
 
 _WHY_NOT = why_not()
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(_WHY_NOT is not None, reason=str(_WHY_NOT))]
@@ -59,26 +56,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def kubectl_argv(plane: ControlPlane, *args: str) -> list[str]:
-    return [str(plane.bin["kubectl"]), f"--kubeconfig={plane.admin_kubeconfig}", *args]
-
-
-def running(plane: ControlPlane, ns: str, name: str) -> dict[str, Any] | None:
-    pod = get(plane, pod_path(ns, name))
-    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
-    return pod if statuses and "running" in (statuses[0].get("state") or {}) else None
-
-
-def offload(consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, ns: str, remote_ns: str,
-            worker: str, name: str, command: str, **container: Any) -> None:  # fmt: skip
-    pod = pool_pod(bundle.slug, name, command=command, restart="Never")
-    pod["spec"]["containers"][0].update(imagePullPolicy="Never", **container)
-    with steer_pool_pods_to(pool, worker):
-        must(consumer, "POST", pod_path(ns), pod)
-        wait_until(lambda: running(pool, remote_ns, name), 60, "the remote pod Running", 0.25)
-    wait_until(lambda: running(consumer, ns, name), 30, "the local pod Running at home", 0.25)
 
 
 class Forward:
@@ -134,13 +111,9 @@ def _try(port: int) -> bool:
 
 
 def test_kubectl_port_forward_on_the_consumer_carries_http_on_two_ports_with_concurrent_connections(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str], real_pool_worker: str, forward: list[Forward],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    name = f"pf-{uuid.uuid4().hex[:6]}"
-    offload(consumer, pool, bundle, ns, remote_ns, real_pool_worker, name, SERVERS)
-    wait_until(lambda: kubectl_ok(consumer, "logs", "-n", ns, name), 60, "the kubelet API serving", 1.0)
+    consumer: ControlPlane, vkbridge: VkbridgeProcess, real_worker_pods: WorkerPods, forward: list[Forward]
+) -> None:
+    ns, _, name = real_worker_pods.run("pf", SERVERS)
     fwd = Forward(consumer, ns, name, [8080, 8081, 9001])
     forward.append(fwd)
     a, b = fwd.local[8080], fwd.local[8081]
@@ -174,13 +147,10 @@ def test_kubectl_port_forward_on_the_consumer_carries_http_on_two_ports_with_con
 
 
 def test_kubectl_port_forward_ends_cleanly_when_the_tunnel_is_cut_mid_transfer(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str], real_pool_worker: str, tunnel: TunnelProxy, forward: list[Forward],
+    consumer: ControlPlane, vkbridge: VkbridgeProcess, real_worker_pods: WorkerPods, tunnel: TunnelProxy,
+    forward: list[Forward],
 ) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    name = f"pfcut-{uuid.uuid4().hex[:6]}"
-    offload(consumer, pool, bundle, ns, remote_ns, real_pool_worker, name, SERVERS)
-    wait_until(lambda: kubectl_ok(consumer, "logs", "-n", ns, name), 60, "the kubelet API serving", 1.0)
+    ns, _, name = real_worker_pods.run("pfcut", SERVERS)
     fwd = Forward(consumer, ns, name, [8080, 9000])
     forward.append(fwd)
     wait_forwardable(fwd.local[8080])
@@ -208,20 +178,11 @@ def test_kubectl_port_forward_ends_cleanly_when_the_tunnel_is_cut_mid_transfer(
     vkbridge.wait_for_log("pool connection lost", 10)
 
 
-def kubectl_ok(plane: ControlPlane, *args: str) -> bool:
-    res = subprocess.run(kubectl_argv(plane, *args), capture_output=True, text=True, timeout=60)
-    return res.returncode == 0
-
-
 def test_kubectl_attach_without_tty_on_the_consumer_carries_stdin_and_stdout(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str], real_pool_worker: str,
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    name = f"att-{uuid.uuid4().hex[:6]}"
+    consumer: ControlPlane, real_worker_pods: WorkerPods
+) -> None:
     script = 'while read line; do echo got $line; [ "$line" = bye ] && exit 0; done'
-    offload(consumer, pool, bundle, ns, remote_ns, real_pool_worker, name, script, stdin=True)
-    wait_until(lambda: kubectl_ok(consumer, "logs", "-n", ns, name), 60, "the kubelet API serving", 1.0)
+    ns, _, name = real_worker_pods.run("att", script, stdin=True)
     proc = subprocess.Popen(
         kubectl_argv(consumer, "attach", "-i", "-n", ns, name, "-c", "hello"),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -249,13 +210,9 @@ def test_kubectl_attach_without_tty_on_the_consumer_carries_stdin_and_stdout(
 
 
 def test_kubectl_attach_with_tty_on_the_consumer_sees_the_terminal_size_and_its_resize(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str], real_pool_worker: str,
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    name = f"tty-{uuid.uuid4().hex[:6]}"
-    offload(consumer, pool, bundle, ns, remote_ns, real_pool_worker, name, "exec sh", stdin=True, tty=True)
-    wait_until(lambda: kubectl_ok(consumer, "logs", "-n", ns, name), 60, "the kubelet API serving", 1.0)
+    consumer: ControlPlane, real_worker_pods: WorkerPods
+) -> None:
+    ns, _, name = real_worker_pods.run("tty", "exec sh", stdin=True, tty=True)
     master, slave = pty.openpty()
     set_size(slave, 33, 101)
     proc = subprocess.Popen(
@@ -312,14 +269,10 @@ def write_until(fd: int, out: Reader, line: bytes, pattern: bytes) -> None:
 
 
 def test_websocket_port_forward_straight_to_the_kubelet_api_uses_the_v4_channel_framing(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str], real_pool_worker: str, tmp_path: Path,
-) -> None:  # fmt: skip
+    consumer: ControlPlane, real_worker_pods: WorkerPods, tmp_path: Path
+) -> None:
     """A client speaking WebSocket to the kubelet API (``?port=``): channel 0 data, 1 error."""
-    ns, remote_ns = offloaded_ns
-    name = f"pfws-{uuid.uuid4().hex[:6]}"
-    offload(consumer, pool, bundle, ns, remote_ns, real_pool_worker, name, SERVERS)
-    wait_until(lambda: kubectl_ok(consumer, "logs", "-n", ns, name), 60, "the kubelet API serving", 1.0)
+    ns, _, name = real_worker_pods.run("pfws", SERVERS)
     node = get(consumer, f"/api/v1/nodes/{get(consumer, pod_path(ns, name))['spec']['nodeName']}")
     assert node is not None
     address = node["status"]["addresses"][0]["address"]

@@ -12,21 +12,19 @@ from typing import Any
 
 import pytest
 
-from e2e.bundle import Bundle
-from e2e.controlplane import ControlPlane
-from e2e.vkbridge_proc import VkbridgeProcess
-from tests.integration.helpers import events_for, get, must, phase, pod_path, pool_pod, wait_until
+from tests.integration.helpers import get, must, wait_until
+from tests.support.offload import Offload
 
 pytestmark = pytest.mark.integration
 
 KUBELET = "kubelet (remote)"
 
 
-def remote_copies(consumer: ControlPlane, ns: str, name: str) -> dict[str, dict[str, Any]]:
+def remote_copies(offload: Offload, name: str) -> dict[str, dict[str, Any]]:
     """Local Events on the pod that came from the pool, by reason."""
     return {
         e["reason"]: e
-        for e in events_for(consumer, ns, name)
+        for e in offload.events(name)
         if str((e.get("source") or {}).get("component", "")).endswith(" (remote)")
     }
 
@@ -35,22 +33,18 @@ def event_path(ns: str, name: str) -> str:
     return f"/api/v1/namespaces/{ns}/events/{name}"
 
 
-def test_pool_kubelet_events_show_on_the_local_pod(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "ev-run"))
-    wait_until(lambda: phase(consumer, ns, "ev-run") == "Running", 30, "ev-run Running at home")
-    local_pod = get(consumer, pod_path(ns, "ev-run"))
+def test_pool_kubelet_events_show_on_the_local_pod(offload: Offload) -> None:
+    ns, bundle = offload.ns, offload.bundle
+    offload.run("ev-run")
+    local_pod = offload.local("ev-run")
     assert local_pod is not None
 
     copies = wait_until(
-        lambda: (c := remote_copies(consumer, ns, "ev-run")).keys() >= {"Pulled", "Created", "Started"} and c,
+        lambda: (c := remote_copies(offload, "ev-run")).keys() >= {"Pulled", "Created", "Started"} and c,
         30,
         "Pulled/Created/Started from the pool on the local pod",
     )
-    remote_names = {e["metadata"]["name"] for e in events_for(pool, remote_ns, "ev-run")}
+    remote_names = {e["metadata"]["name"] for e in offload.remote_events("ev-run")}
     for reason in ("Pulled", "Created", "Started"):
         event = copies[reason]
         assert event["source"]["component"] == KUBELET
@@ -67,24 +61,19 @@ def test_pool_kubelet_events_show_on_the_local_pod(
 
     # The pool scheduler's Scheduled names a pool worker the user cannot reach, and the local pod has its
     # own (naming the virtual node): it is not copied home (one consumer write per pod saved).
-    assert any(e["reason"] == "Scheduled" for e in events_for(pool, remote_ns, "ev-run")), "premise"
-    assert "Scheduled" not in remote_copies(consumer, ns, "ev-run")
+    assert any(e["reason"] == "Scheduled" for e in offload.remote_events("ev-run")), "premise"
+    assert "Scheduled" not in remote_copies(offload, "ev-run")
     # Our own reflection events stay as they are, next to the copies.
-    assert "SuccessfulReflection" in {e["reason"] for e in events_for(consumer, ns, "ev-run")}
+    assert "SuccessfulReflection" in {e["reason"] for e in offload.events("ev-run")}
 
 
-def test_fail_start_warning_shows_on_the_local_pod(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    pod = pool_pod(bundle.slug, "ev-pull", annotations={"fake.vkbridge.io/fail-start": "ImagePullBackOff"})
-    must(consumer, "POST", pod_path(ns), pod)
+def test_fail_start_warning_shows_on_the_local_pod(offload: Offload) -> None:
+    offload.create("ev-pull", annotations={"fake.vkbridge.io/fail-start": "ImagePullBackOff"})
     warning = wait_until(
         lambda: next(
             (
                 e
-                for e in remote_copies(consumer, ns, "ev-pull").values()
+                for e in remote_copies(offload, "ev-pull").values()
                 if e["type"] == "Warning" and "ImagePullBackOff" in e.get("message", "")
             ),
             None,
@@ -94,21 +83,18 @@ def test_fail_start_warning_shows_on_the_local_pod(
     )
     assert warning["source"]["component"] == KUBELET
     assert warning["reason"] == "Failed"
-    local_pod = get(consumer, pod_path(ns, "ev-pull"))
+    local_pod = offload.local("ev-pull")
     assert local_pod is not None
     assert warning["involvedObject"]["uid"] == local_pod["metadata"]["uid"]
-    assert any(e["type"] == "Warning" for e in events_for(pool, remote_ns, "ev-pull"))
-    assert phase(consumer, ns, "ev-pull") == "Pending"
+    assert any(e["type"] == "Warning" for e in offload.remote_events("ev-pull"))
+    assert offload.phase("ev-pull") == "Pending"
 
 
-def test_local_copy_follows_the_remote_event_and_goes_with_it(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str],
-) -> None:  # fmt: skip
-    ns, remote_ns = offloaded_ns
-    must(consumer, "POST", pod_path(ns), pool_pod(bundle.slug, "ev-follow"))
+def test_local_copy_follows_the_remote_event_and_goes_with_it(offload: Offload) -> None:
+    consumer, pool, ns, remote_ns = offload.consumer, offload.pool, offload.ns, offload.remote_ns
+    offload.create("ev-follow")
     started = wait_until(
-        lambda: remote_copies(consumer, ns, "ev-follow").get("Started"), 30, "Started on the local pod"
+        lambda: remote_copies(offload, "ev-follow").get("Started"), 30, "Started on the local pod"
     )
     name = started["metadata"]["name"]
     first = started["firstTimestamp"]
@@ -130,6 +116,6 @@ def test_local_copy_follows_the_remote_event_and_goes_with_it(
     # The remote Event goes: so does our copy, and only ours.
     must(pool, "DELETE", event_path(remote_ns, name))
     wait_until(lambda: get(consumer, event_path(ns, name)) is None, 15, "the local copy to be deleted")
-    reasons = {e["reason"] for e in events_for(consumer, ns, "ev-follow")}
+    reasons = {e["reason"] for e in offload.events("ev-follow")}
     assert "SuccessfulReflection" in reasons
     assert "Pulled" in reasons

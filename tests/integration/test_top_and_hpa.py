@@ -9,7 +9,6 @@ counter) -> the consumer's metrics-server -> ``kubectl top`` and the consumer's 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,12 +17,12 @@ import pytest
 from e2e.binaries import BinariesNotFound, find_binaries
 from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
-from e2e.fixtures_pool import offload_namespace
 from e2e.fixtures_workers import steer_pool_pods_to
 from e2e.metrics_server import MetricsServer, top_pods
 from e2e.vkbridge_proc import VkbridgeProcess
 from e2e.workers import why_not
 from tests.integration.helpers import get, must, pod_path, pool_pod, wait_until
+from tests.support.workloads import offloaded_namespace
 
 
 def _why_not() -> str | None:
@@ -61,13 +60,8 @@ def busy_ns(
     metrics: tuple[MetricsServer, MetricsServer],
 ) -> Iterator[tuple[str, str]]:  # fmt: skip
     """An offloaded namespace whose pool pods all go to the real worker while the module runs."""
-    ns = f"top-{uuid.uuid4().hex[:7]}"
-    must(consumer, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
-    wait_until(lambda: get(consumer, f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 30, "the SA")
-    remote_ns = offload_namespace(consumer, pool, ns)
-    with steer_pool_pods_to(pool, real_pool_worker):
-        yield ns, remote_ns
-    consumer.api("DELETE", f"/api/v1/namespaces/{ns}")
+    with offloaded_namespace(consumer, pool, "top") as offloaded, steer_pool_pods_to(pool, real_pool_worker):
+        yield offloaded
 
 
 def _busy_container(spec: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ Fixtures:
   test and starts the session's vkbridge again, waiting until the node is Ready.
 - ``clean_tunnel`` (autouse): whatever a scenario did to the tunnel is undone afterwards.
 - ``figures``: named figures printed at teardown, also when an assertion failed.
+- ``pods``: the test's offloaded namespace (``offloaded_ns``) on both planes, with its pod helpers.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from e2e.controlplane import ControlPlane
 from e2e.tunnel import TunnelProxy
 from e2e.vkbridge_proc import VkbridgeProcess
 from tests.fixtures_vkbridge import node_ready, vkbridge_options, wait_until
-from tests.resilience.kit import Figures, OwnVkbridge
+from tests.resilience.kit import Figures, OwnVkbridge, TinyPods
 
 HERE = Path(__file__).resolve().parent
 # Extra environment for the scenarios' own vkbridge processes, "K=V,K2=V2" (e.g. to try a fix).
@@ -57,6 +58,14 @@ def figures(request: pytest.FixtureRequest) -> Iterator[Figures]:
     figs = Figures(request.node.name)
     yield figs
     print(figs.render())
+
+
+@pytest.fixture
+def pods(
+    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, offloaded_ns: tuple[str, str]
+) -> TinyPods:
+    ns, remote = offloaded_ns
+    return TinyPods(consumer, pool, bundle.slug, ns, remote)
 
 
 @pytest.fixture

@@ -113,6 +113,52 @@ def wait_all_running(consumer: ControlPlane, ns: str, names: Iterable[str], time
     return time.monotonic() - t0
 
 
+@dataclass(frozen=True)
+class TinyPods:
+    """The test's offloaded namespace on both planes, and the tiny pods a scenario makes and checks there."""
+
+    consumer: ControlPlane
+    pool: ControlPlane
+    slug: str
+    ns: str
+    remote: str
+
+    def create(self, names: Iterable[str], *, bound: bool = False, workers: int = 8) -> None:
+        """``bound`` pods go straight to the virtual node (spec.nodeName), as the scheduler's pods of a
+        moment before would: a NotReady node's NoSchedule taint keeps the scheduler away."""
+        node = self.slug if bound else None
+        create_pods(self.consumer, self.ns, [tiny_pod(self.slug, n, node_name=node) for n in names], workers)
+
+    def run(self, names: Iterable[str], timeout: float = 60.0) -> float:
+        """Create the pods and wait until every one is Running; the seconds that took."""
+        want = list(names)
+        self.create(want)
+        return self.wait_running(want, timeout)
+
+    def delete(self, names: Iterable[str], grace: int | None = None) -> None:
+        delete_pods(self.consumer, self.ns, names, grace)
+
+    def local(self) -> dict[str, dict[str, Any]]:
+        return local_pods(self.consumer, self.ns)
+
+    def shadows(self) -> dict[str, dict[str, Any]]:
+        return shadowpods(self.pool, self.remote)
+
+    def remotes(self) -> dict[str, dict[str, Any]]:
+        return remote_pods(self.pool, self.remote)
+
+    def wait_running(self, names: Iterable[str], timeout: float) -> float:
+        return wait_all_running(self.consumer, self.ns, names, timeout)
+
+    def record_local(self) -> Recorder:
+        """A recording watch of the local pods (use it as a context manager)."""
+        return Recorder(self.consumer, pod_path(self.ns), "local-pods")
+
+    def record_shadows(self) -> Recorder:
+        """A recording watch of the ShadowPods on the pool (use it as a context manager)."""
+        return Recorder(self.pool, shadow_path(self.remote), "shadowpods")
+
+
 @contextlib.contextmanager
 def granted_pods(consumer: ControlPlane, bundle: Bundle, count: int) -> Iterator[None]:
     """Raise the grant's pod count for a burst (the emulator grants what the ResourceSlice asks)."""
@@ -157,7 +203,20 @@ def admin_ssl(plane: ControlPlane) -> ssl.SSLContext:
     return ctx
 
 
-class Recorder(threading.Thread):
+class Background(threading.Thread):
+    """A scenario's helper thread: a daemon (a failed test never waits for it) that runs until ``stop``."""
+
+    def __init__(self, name: str, join_timeout: float = 10.0) -> None:
+        super().__init__(name=name, daemon=True)
+        self.join_timeout = join_timeout
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(self.join_timeout)
+
+
+class Recorder(Background):
     """Watches a collection path for the whole scenario and remembers every uid, phase and delete.
 
     Survives API server restarts and 410s (re-lists; objects met in a list count as seen, not added), so
@@ -165,12 +224,11 @@ class Recorder(threading.Thread):
     """
 
     def __init__(self, plane: ControlPlane, path: str, label: str = "") -> None:
-        super().__init__(name=f"recorder-{label or path}", daemon=True)
+        super().__init__(f"recorder-{label or path}")
         self.plane, self.path = plane, path
         self.seen: dict[str, Seen] = defaultdict(Seen)
         self.events = 0
         self.relists = 0
-        self._halt = threading.Event()
         self._lock = threading.Lock()
         self._ctx = admin_ssl(plane)
         self._synced = threading.Event()
@@ -183,10 +241,6 @@ class Recorder(threading.Thread):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(10)
 
     def snapshot(self) -> dict[str, Seen]:
         with self._lock:

@@ -31,6 +31,7 @@ from tests.integration.helpers import events_for, get, must, phase, pod_path, sh
 from tests.resilience.kit import (
     Figures,
     OwnVkbridge,
+    TinyPods,
     create_pods,
     is_running,
     local_pods,
@@ -92,11 +93,18 @@ def bad_kubeconfigs(bundle: Bundle) -> dict[str, dict[str, str | None]]:
     }
 
 
+def a_new_pod_runs(pods: TinyPods, prefix: str, why: str) -> str:
+    """The credential in use still works: a pod created now runs. Its name."""
+    name = f"{prefix}-{uuid.uuid4().hex[:5]}"
+    pods.create([name])
+    wait_until(lambda: phase(pods.consumer, pods.ns, name) == "Running", 30, why)
+    return name
+
+
 def test_malformed_kubeconfig_secret_is_refused_and_the_credential_in_use_kept(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    kubeconfig_secret: dict[str, Any], offloaded_ns: tuple[str, str], figures: Figures,
+    consumer: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess, kubeconfig_secret: dict[str, Any],
+    pods: TinyPods, figures: Figures,
 ) -> None:  # fmt: skip
-    ns, remote = offloaded_ns
     mark = len(vkbridge.log_text())
     refused: dict[str, str] = {}
     for what, data in bad_kubeconfigs(bundle).items():
@@ -107,9 +115,7 @@ def test_malformed_kubeconfig_secret_is_refused_and_the_credential_in_use_kept(
         must(consumer, "PATCH", secret_path(bundle), {"data": {"config": None, **kubeconfig_secret["data"]}},
              content_type=MERGE)  # fmt: skip
         time.sleep(0.5)
-    name = f"still-works-{uuid.uuid4().hex[:5]}"
-    must(consumer, "POST", pod_path(ns), tiny_pod(bundle.slug, name))
-    wait_until(lambda: phase(consumer, ns, name) == "Running", 30, "a pod to run with the credential kept")
+    name = a_new_pod_runs(pods, "still-works", "a pod to run with the credential kept")
     log = vkbridge.log_text()[mark:]
     for what, line in refused.items():
         figures.add(f"refused: {what}", line[:150])
@@ -129,7 +135,7 @@ def test_malformed_kubeconfig_secret_is_refused_and_the_credential_in_use_kept(
         "a KubeconfigRefused Event on the Secret naming tokenFile",
     )
     assert vkbridge.alive()
-    assert name in shadowpods(pool, remote)
+    assert name in pods.shadows()
 
 
 def test_malformed_kubeconfig_secret_at_startup_exits_with_a_clear_message(
@@ -151,19 +157,16 @@ def test_malformed_kubeconfig_secret_at_startup_exits_with_a_clear_message(
 
 
 def test_deleted_kubeconfig_secret_keeps_the_credential_in_use(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    kubeconfig_secret: dict[str, Any], offloaded_ns: tuple[str, str], figures: Figures,
+    consumer: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess, kubeconfig_secret: dict[str, Any],
+    pods: TinyPods, figures: Figures,
 ) -> None:  # fmt: skip
-    ns, remote = offloaded_ns
     mark = len(vkbridge.log_text())
     must(consumer, "DELETE", secret_path(bundle))
     line = vkbridge.wait_for_log(r"pool credential unusable[^\n]*", 15, start=mark).group(0)
-    name = f"no-secret-{uuid.uuid4().hex[:5]}"
-    must(consumer, "POST", pod_path(ns), tiny_pod(bundle.slug, name))
-    wait_until(lambda: phase(consumer, ns, name) == "Running", 30, "a pod to run without the Secret")
+    name = a_new_pod_runs(pods, "no-secret", "a pod to run without the Secret")
     figures.add("log line", line[:200])
     assert "not found" in line and bundle.secret_name in line
-    assert vkbridge.alive() and name in shadowpods(pool, remote)
+    assert vkbridge.alive() and name in pods.shadows()
 
 
 # ---------------------------------------------------------------------------------------------- invalid pod

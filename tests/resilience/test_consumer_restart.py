@@ -11,23 +11,17 @@ from __future__ import annotations
 import datetime as dt
 import time
 
-from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
 from e2e.vkbridge_proc import VkbridgeProcess
 from tests.fixtures_vkbridge import node_ready
 from tests.integration.helpers import get, wait_until
 from tests.resilience.kit import (
     Figures,
-    create_pods,
-    delete_pods,
+    TinyPods,
     is_running,
-    local_pods,
     log_lines_since,
     poll,
-    shadowpods,
-    tiny_pod,
     uid,
-    wait_all_running,
 )
 
 RECOVERY_MAX_S = 30.0
@@ -43,15 +37,12 @@ def lease_renewed_after(consumer: ControlPlane, slug: str, since: dt.datetime) -
 
 
 def test_consumer_apiserver_restart_recovers_without_manual_action(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str], figures: Figures,
-) -> None:  # fmt: skip
-    ns, remote = offloaded_ns
-    slug = bundle.slug
+    consumer: ControlPlane, vkbridge: VkbridgeProcess, pods: TinyPods, figures: Figures
+) -> None:
+    slug = pods.slug
     before = [f"pre-{i}" for i in range(4)]
-    create_pods(consumer, ns, [tiny_pod(slug, n) for n in before])
-    wait_all_running(consumer, ns, before, 60)
-    pre_shadows = shadowpods(pool, remote)
+    pods.run(before)
+    pre_shadows = pods.shadows()
     pid = vkbridge.pid
     mark = len(vkbridge.log_text())
 
@@ -72,14 +63,12 @@ def test_consumer_apiserver_restart_recovers_without_manual_action(
         vkbridge.wait_for_log("vkbridge running", 60, start=restart_mark)
     t_lease = poll(lambda: lease_renewed_after(consumer, slug, back), 60)
     after = [f"post-{i}" for i in range(3)]
-    create_pods(consumer, ns, [tiny_pod(slug, n) for n in after])
-    t_new = poll(lambda: all(is_running(local_pods(consumer, ns).get(n)) for n in after), 60)
+    pods.create(after)
+    t_new = poll(lambda: all(is_running(pods.local().get(n)) for n in after), 60)
     t_new_total = time.monotonic() - t1
     t_del0 = time.monotonic()
-    delete_pods(consumer, ns, [before[0]])
-    t_deleted = poll(
-        lambda: before[0] not in local_pods(consumer, ns) and before[0] not in shadowpods(pool, remote), 60
-    )
+    pods.delete([before[0]])
+    t_deleted = poll(lambda: before[0] not in pods.local() and before[0] not in pods.shadows(), 60)
     _ = t_del0
     lines = log_lines_since(vkbridge, mark)
     warnings = [ln for ln in lines if " WARNING " in ln or " ERROR " in ln]
@@ -112,10 +101,8 @@ def test_consumer_apiserver_restart_recovers_without_manual_action(
     assert t_new is not None, "pods created after the restart did not run"
     assert t_deleted is not None, "a pod deleted after the restart was not removed"
     assert node_ready(consumer, slug) == "True"
-    shadows = shadowpods(pool, remote)
+    shadows = pods.shadows()
     assert all(uid(shadows.get(n)) == uid(pre_shadows[n]) for n in before[1:]), (
         "pods from before were disturbed"
     )
-    wait_until(
-        lambda: all(is_running(local_pods(consumer, ns).get(n)) for n in before[1:]), 30, "old pods Running"
-    )
+    wait_until(lambda: all(is_running(pods.local().get(n)) for n in before[1:]), 30, "old pods Running")

@@ -12,24 +12,16 @@ import os
 import random
 import signal
 import subprocess
-import threading
 import time
 
-from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
-from tests.integration.helpers import pod_path, shadow_path
 from tests.resilience.kit import (
+    Background,
     Figures,
     OwnVkbridge,
-    Recorder,
-    create_pods,
-    delete_pods,
+    TinyPods,
     is_running,
-    local_pods,
     poll,
-    remote_pods,
-    shadowpods,
-    tiny_pod,
     wait_running_again,
 )
 
@@ -38,25 +30,24 @@ CHURN_PERIOD_S = 0.4  # one create per period; the oldest pod is deleted once LI
 LIVE_MAX = 25
 
 
-class Churn(threading.Thread):
-    def __init__(self, consumer: ControlPlane, ns: str, slug: str) -> None:
-        super().__init__(name="churn", daemon=True)
-        self.consumer, self.ns, self.slug = consumer, ns, slug
+class Churn(Background):
+    def __init__(self, pods: TinyPods) -> None:
+        super().__init__("churn", join_timeout=30)
+        self.pods = pods
         self.alive: list[str] = []
         self.deleted: list[str] = []
         self.errors: list[BaseException] = []
-        self._halt = threading.Event()
 
     def run(self) -> None:
         i = 0
         while not self._halt.is_set():
             try:
                 name = f"c-{i:04d}"
-                create_pods(self.consumer, self.ns, [tiny_pod(self.slug, name)], workers=1)
+                self.pods.create([name], workers=1)
                 self.alive.append(name)
                 if len(self.alive) > LIVE_MAX:
                     victim = self.alive.pop(0)
-                    delete_pods(self.consumer, self.ns, [victim])
+                    self.pods.delete([victim])
                     self.deleted.append(victim)
             except BaseException as err:  # surfaced by the test
                 self.errors.append(err)
@@ -64,17 +55,11 @@ class Churn(threading.Thread):
             i += 1
             self._halt.wait(CHURN_PERIOD_S)
 
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(30)
-
 
 def test_sigkill_five_times_during_churn_converges_without_duplicates(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, own_vkbridge: OwnVkbridge,
-    offloaded_ns: tuple[str, str], figures: Figures,
-) -> None:  # fmt: skip
-    ns, remote = offloaded_ns
-    slug = bundle.slug
+    consumer: ControlPlane, own_vkbridge: OwnVkbridge, pods: TinyPods, figures: Figures
+) -> None:
+    slug = pods.slug
     seed = int(os.environ.get("VKB_RESILIENCE_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
     figures.add("seed", seed)
@@ -83,10 +68,10 @@ def test_sigkill_five_times_during_churn_converges_without_duplicates(
 
     restarts: list[float] = []
     with (
-        Recorder(pool, shadow_path(remote), "shadowpods") as sp_rec,
-        Recorder(consumer, pod_path(ns), "local-pods") as local_rec,
+        pods.record_shadows() as sp_rec,
+        pods.record_local() as local_rec,
     ):
-        churn = Churn(consumer, ns, slug)
+        churn = Churn(pods)
         churn.start()
         try:
             for _ in range(KILLS):
@@ -101,7 +86,7 @@ def test_sigkill_five_times_during_churn_converges_without_duplicates(
         assert not churn.errors, churn.errors
 
         def state() -> dict[str, list[str]]:
-            local, sps, rps = local_pods(consumer, ns), shadowpods(pool, remote), remote_pods(pool, remote)
+            local, sps, rps = pods.local(), pods.shadows(), pods.remotes()
             return {
                 "alive but not reflected and Running": [
                     n for n in churn.alive if n not in sps or not is_running(local.get(n))
@@ -152,12 +137,10 @@ SIGTERM_EXIT_MAX_S = 5.0
 
 
 def test_sigterm_at_any_moment_of_start_up_exits_within_seconds(
-    consumer: ControlPlane, bundle: Bundle, own_vkbridge: OwnVkbridge, offloaded_ns: tuple[str, str],
-    figures: Figures,
-) -> None:  # fmt: skip
+    own_vkbridge: OwnVkbridge, pods: TinyPods, figures: Figures
+) -> None:
     """A rolling update or a crash loop stops vkbridge while it starts: SIGTERM must still be quick."""
-    ns, _ = offloaded_ns
-    create_pods(consumer, ns, [tiny_pod(bundle.slug, f"p-{i}") for i in range(5)])
+    pods.create(f"p-{i}" for i in range(5))
     vk = own_vkbridge("sigterm")
     exits: list[tuple[str, float, int | None]] = []
     moments = [("at start", 0.5)] + [

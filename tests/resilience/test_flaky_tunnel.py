@@ -17,22 +17,16 @@ from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
 from e2e.tunnel import TunnelProxy
 from e2e.vkbridge_proc import VkbridgeProcess
-from tests.integration.helpers import pod_path, shadow_path, wait_until
+from tests.integration.helpers import wait_until
 from tests.resilience.kit import (
     Figures,
     OwnVkbridge,
-    Recorder,
-    create_pods,
-    delete_pods,
+    TinyPods,
     granted_pods,
     is_running,
-    local_pods,
     log_lines_since,
     phase_of,
     poll,
-    remote_pods,
-    shadowpods,
-    tiny_pod,
     wait_running_again,
 )
 
@@ -74,16 +68,15 @@ def reflector(request: pytest.FixtureRequest, consumer: ControlPlane, bundle: Bu
 
 
 def test_burst_of_300_through_a_slow_resetting_tunnel(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, tunnel: TunnelProxy, reflector: VkbridgeProcess,
-    offloaded_ns: tuple[str, str], figures: Figures,
+    consumer: ControlPlane, bundle: Bundle, tunnel: TunnelProxy, reflector: VkbridgeProcess, pods: TinyPods,
+    figures: Figures,
 ) -> None:  # fmt: skip
     vkbridge = reflector
-    ns, remote = offloaded_ns
     names = [f"b-{i:03d}" for i in range(BURST)]
     with (
         granted_pods(consumer, bundle, BURST + 200),
-        Recorder(pool, shadow_path(remote), "shadowpods") as sp_rec,
-        Recorder(consumer, pod_path(ns), "local-pods") as local_rec,
+        pods.record_shadows() as sp_rec,
+        pods.record_local() as local_rec,
     ):
         mark = len(vkbridge.log_text())
         tunnel.set_latency(LATENCY_S)
@@ -91,22 +84,22 @@ def test_burst_of_300_through_a_slow_resetting_tunnel(
         resets0 = tunnel.resets_total
         t0 = time.monotonic()
         try:
-            create_pods(consumer, ns, [tiny_pod(bundle.slug, n) for n in names], workers=8)
+            pods.create(names, workers=8)
             t_created = time.monotonic() - t0
 
             def not_running() -> list[str]:
-                local = local_pods(consumer, ns)
+                local = pods.local()
                 return [n for n in names if not is_running(local.get(n))]
 
             t_running = poll(lambda: not not_running(), RUN_TIMEOUT_S, interval=1.0)
             resets = tunnel.resets_total - resets0
 
             def all_mirrored() -> bool:
-                local, rp = local_pods(consumer, ns), remote_pods(pool, remote)
+                local, rp = pods.local(), pods.remotes()
                 return all(n in rp and mirrored(local[n], rp[n]) for n in names)
 
             t_mirror = poll(all_mirrored, 30 if t_running is not None else 1, interval=1.0)
-            sps, rps, local = shadowpods(pool, remote), remote_pods(pool, remote), local_pods(consumer, ns)
+            sps, rps, local = pods.shadows(), pods.remotes(), pods.local()
         finally:
             tunnel.set_latency(0)
             tunnel.cut_every(None)
@@ -151,7 +144,7 @@ def test_burst_of_300_through_a_slow_resetting_tunnel(
         assert not lost, f"status updates lost for {lost[:10]}"
 
         t1 = time.monotonic()
-        delete_pods(consumer, ns, names)
-        wait_until(lambda: not local_pods(consumer, ns) and not shadowpods(pool, remote), 180,
+        pods.delete(names)
+        wait_until(lambda: not pods.local() and not pods.shadows(), 180,
                    "the burst to be deleted everywhere", interval=1.0)  # fmt: skip
         figures.add("burst deleted everywhere (normal tunnel)", time.monotonic() - t1, "s")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import time
 
-from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
 from e2e.tunnel import TunnelProxy
 from e2e.vkbridge_proc import VkbridgeProcess
@@ -19,19 +18,13 @@ from tests.integration.helpers import must, pod_path, wait_until
 from tests.resilience.kit import (
     Figures,
     MiB,
-    Recorder,
     Sampler,
+    TinyPods,
     about_other_namespace,
-    create_pods,
-    delete_pods,
     is_running,
-    local_pods,
     log_lines_since,
     poll,
-    shadowpods,
-    tiny_pod,
     uid,
-    wait_all_running,
 )
 
 OUTAGE_S = float(os.environ.get("VKB_RESILIENCE_OUTAGE_S", "120"))
@@ -42,21 +35,18 @@ RSS_GROWTH_MAX = 8 * MiB
 
 
 def test_hibernate_then_wake_resyncs_every_pod_within_10s(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, tunnel: TunnelProxy, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str], figures: Figures,
-) -> None:  # fmt: skip
-    ns, remote = offloaded_ns
-    slug = bundle.slug
+    consumer: ControlPlane, tunnel: TunnelProxy, vkbridge: VkbridgeProcess, pods: TinyPods, figures: Figures
+) -> None:
+    ns, slug = pods.ns, pods.slug
     keep = [f"keep-{i}" for i in range(4)]
     doomed = [f"doomed-{i}" for i in range(3)]  # deleted while the pool sleeps
-    create_pods(consumer, ns, [tiny_pod(slug, n) for n in keep + doomed])
-    wait_all_running(consumer, ns, keep + doomed, 60)
-    before = shadowpods(pool, remote)
+    pods.run(keep + doomed)
+    before = pods.shadows()
     assert set(before) == set(keep + doomed)
 
     born: list[str] = []  # created during the outage, alive at wake
     flash: list[str] = []  # created and deleted during the outage
-    with Recorder(consumer, pod_path(ns), "local-pods") as rec:
+    with pods.record_local() as rec:
         sampler = Sampler(vkbridge, every=5.0)
         sampler.start()
         t0 = time.monotonic()
@@ -70,23 +60,22 @@ def test_hibernate_then_wake_resyncs_every_pod_within_10s(
             rss_steady0 = vkbridge.rss_bytes()
             i = 0
             while time.monotonic() - t0 < OUTAGE_S - 10:
-                create_pods(consumer, ns, [tiny_pod(slug, f"born-{i}", node_name=slug),
-                                           tiny_pod(slug, f"flash-{i}", node_name=slug)])  # fmt: skip
+                pods.create([f"born-{i}", f"flash-{i}"], bound=True)
                 born.append(f"born-{i}")
                 flash.append(f"flash-{i}")
                 if i < len(doomed):
-                    delete_pods(consumer, ns, [doomed[i]])
+                    pods.delete([doomed[i]])
                 time.sleep(5)
-                delete_pods(consumer, ns, [f"flash-{i}"])
+                pods.delete([f"flash-{i}"])
                 i += 1
                 time.sleep(10)
             for name in doomed[i:]:
-                delete_pods(consumer, ns, [name])
+                pods.delete([name])
             time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - t0)))
             steady_lines = log_lines_since(vkbridge, steady_mark)
             steady_minutes = (time.monotonic() - steady_t0) / 60
             rss_steady1 = vkbridge.rss_bytes()
-            during = local_pods(consumer, ns)
+            during = pods.local()
         finally:
             tunnel.restore()
         t_wake = time.monotonic()
@@ -95,7 +84,7 @@ def test_hibernate_then_wake_resyncs_every_pod_within_10s(
         t_ready = poll(lambda: node_ready(consumer, slug) == "True", 60)
 
         def state() -> dict[str, list[str]]:
-            local, sps = local_pods(consumer, ns), shadowpods(pool, remote)
+            local, sps = pods.local(), pods.shadows()
             return {
                 "born not reflected": [n for n in born if n not in sps or not is_running(local.get(n))],
                 "deleted still present": [n for n in doomed + flash if n in sps or n in local],

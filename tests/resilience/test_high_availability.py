@@ -9,24 +9,19 @@ node is Ready at every poll throughout.
 
 from __future__ import annotations
 
-import threading
 import time
 
 from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
 from tests.fixtures_vkbridge import node_ready
-from tests.integration.helpers import get, shadow_path, wait_until
+from tests.integration.helpers import get, wait_until
 from tests.resilience.kit import (
+    Background,
     Figures,
     OwnVkbridge,
-    Recorder,
-    create_pods,
+    TinyPods,
     is_running,
-    local_pods,
-    shadowpods,
-    tiny_pod,
     uid,
-    wait_all_running,
     wait_running_again,
 )
 
@@ -44,15 +39,14 @@ def lease_holder(consumer: ControlPlane, bundle: Bundle) -> str | None:
     return None if lease is None else (lease.get("spec") or {}).get("holderIdentity")
 
 
-class ReadyWatch(threading.Thread):
+class ReadyWatch(Background):
     """Polls the node's Ready condition and remembers every poll that was not True."""
 
     def __init__(self, consumer: ControlPlane, name: str) -> None:
-        super().__init__(name="ready-watch", daemon=True)
+        super().__init__("ready-watch", join_timeout=5)
         self.consumer, self.node = consumer, name
         self.polls = 0
         self.not_ready: list[tuple[float, str | None]] = []
-        self._halt = threading.Event()
         self.t0 = time.monotonic()
 
     def run(self) -> None:
@@ -63,16 +57,10 @@ class ReadyWatch(threading.Thread):
                 self.not_ready.append((time.monotonic() - self.t0, state))
             self._halt.wait(0.25)
 
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(5)
-
 
 def test_standby_takes_over_within_20s_and_the_node_stays_ready(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, own_vkbridge: OwnVkbridge,
-    offloaded_ns: tuple[str, str], figures: Figures,
-) -> None:  # fmt: skip
-    ns, remote = offloaded_ns
+    consumer: ControlPlane, bundle: Bundle, own_vkbridge: OwnVkbridge, pods: TinyPods, figures: Figures
+) -> None:
     slug = bundle.slug
     ids = {r: f"vk-{slug}-{r}" for r in ("a", "b")}
     a = own_vkbridge("replica-a", extra_args=LEASE_FLAGS, env={"POD_NAME": ids["a"]})
@@ -82,34 +70,33 @@ def test_standby_takes_over_within_20s_and_the_node_stays_ready(
     b.wait_for_log("waiting to be elected leader", 30)
 
     before = [f"pre-{i}" for i in range(5)]
-    create_pods(consumer, ns, [tiny_pod(slug, n) for n in before])
-    wait_all_running(consumer, ns, before, 60)
+    pods.run(before)
     time.sleep(2 * 4)  # two lease durations: a standby that would grab the Lease has had its chance
     assert lease_holder(consumer, bundle) == ids["a"]
     assert "vkbridge running" not in b.log_text() and "ShadowPod created" not in b.log_text(), b.tail(30)
-    pre_shadows = shadowpods(pool, remote)
+    pre_shadows = pods.shadows()
 
     after = [f"post-{i}" for i in range(5)]
     ready = ReadyWatch(consumer, slug)
     ready.start()
-    with Recorder(pool, shadow_path(remote), "shadowpods") as sp_rec:
+    with pods.record_shadows() as sp_rec:
         try:
             a.kill()
             t_kill = time.monotonic()
-            create_pods(consumer, ns, [tiny_pod(slug, n) for n in after])
+            pods.create(after)
             wait_until(lambda: lease_holder(consumer, bundle) == ids["b"], 60, "replica b to take the Lease",
                        interval=0.2)  # fmt: skip
             t_lease = time.monotonic() - t_kill
             b.wait_for_log("vkbridge running", 60)
             t_running = time.monotonic() - t_kill
-            wait_all_running(consumer, ns, after, 60)
+            pods.wait_running(after, 60)
             t_pods = time.monotonic() - t_kill
             time.sleep(3)  # Ready must hold a moment after the takeover too
         finally:
             ready.stop()
         seen = sp_rec.snapshot()
 
-    local, sps = local_pods(consumer, ns), shadowpods(pool, remote)
+    local, sps = pods.local(), pods.shadows()
     duplicates = {n: s.uids for n, s in seen.items() if len(s.uids) > 1}
     figures.add("Lease taken by the standby after the kill", t_lease, "s")
     figures.add("standby running after the kill", t_running, "s")

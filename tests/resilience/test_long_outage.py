@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import time
 
-from e2e.bundle import Bundle
 from e2e.controlplane import ControlPlane
 from e2e.tunnel import TunnelProxy
 from tests.fixtures_vkbridge import node_ready
@@ -27,18 +26,13 @@ from tests.resilience.kit import (
     MiB,
     OwnVkbridge,
     Sampler,
+    TinyPods,
     about_other_namespace,
-    create_pods,
-    delete_pods,
     is_running,
-    local_pods,
     log_lines_since,
     log_time,
     poll,
-    shadowpods,
     slope,
-    tiny_pod,
-    wait_all_running,
     wait_running_again,
 )
 
@@ -54,18 +48,15 @@ RESYNC_TARGET_S = 10.0
 
 
 def test_long_outage_stays_bounded_and_resyncs(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, tunnel: TunnelProxy,
-    own_vkbridge: OwnVkbridge, offloaded_ns: tuple[str, str], figures: Figures,
-) -> None:  # fmt: skip
-    ns, remote = offloaded_ns
-    slug = bundle.slug
+    consumer: ControlPlane, tunnel: TunnelProxy, own_vkbridge: OwnVkbridge, pods: TinyPods, figures: Figures
+) -> None:
+    ns, slug = pods.ns, pods.slug
     vk = own_vkbridge(
         "long-outage", ping_interval=PING_INTERVAL, ping_timeout="1s", env={"PYTHONFAULTHANDLER": "1"}
     )
     wait_running_again(vk, consumer, slug, 0, 90)
     base = [f"base-{i}" for i in range(5)]
-    create_pods(consumer, ns, [tiny_pod(slug, n) for n in base])
-    wait_all_running(consumer, ns, base, 60)
+    pods.run(base)
 
     sampler = Sampler(vk, every=5.0)
     sampler.start()
@@ -88,11 +79,11 @@ def test_long_outage_stays_bounded_and_resyncs(
                 tunnel.refuse()  # second half: the tunnel's far end refuses at once (no hang)
                 refused_at = time.monotonic()
                 refused_wall = time.time()
-            create_pods(consumer, ns, [tiny_pod(slug, f"during-{i}", node_name=slug)])
+            pods.create([f"during-{i}"], bound=True)
             alive.append(f"during-{i}")
             if i % 2 == 1:
                 victim = alive.pop(0)
-                delete_pods(consumer, ns, [victim])
+                pods.delete([victim])
                 gone.append(victim)
             i += 1
             time.sleep(6)
@@ -105,7 +96,7 @@ def test_long_outage_stays_bounded_and_resyncs(
     t_wake = time.monotonic()
 
     def resynced() -> bool:
-        local, sps = local_pods(consumer, ns), shadowpods(pool, remote)
+        local, sps = pods.local(), pods.shadows()
         return all(n in sps and is_running(local.get(n)) for n in alive + base) and all(
             n not in sps and n not in local for n in gone
         )

@@ -11,37 +11,26 @@ from __future__ import annotations
 
 import time
 
-from e2e.bundle import Bundle
-from e2e.controlplane import ControlPlane
 from e2e.tunnel import TunnelProxy
 from e2e.vkbridge_proc import VkbridgeProcess
 from tests.integration.helpers import wait_until
 from tests.resilience.kit import (
     Figures,
-    create_pods,
-    delete_pods,
+    TinyPods,
     is_running,
-    local_pods,
     log_lines_since,
     poll,
-    shadowpods,
-    tiny_pod,
-    wait_all_running,
 )
 
 RESYNC_TARGET_S = 10.0  # DESIGN §5: all pods re-synced after the pool returns
 
 
 def test_short_loss_with_dead_connections_resyncs_within_10s(
-    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, tunnel: TunnelProxy, vkbridge: VkbridgeProcess,
-    offloaded_ns: tuple[str, str], figures: Figures,
-) -> None:  # fmt: skip
-    ns, remote = offloaded_ns
-    slug = bundle.slug
+    tunnel: TunnelProxy, vkbridge: VkbridgeProcess, pods: TinyPods, figures: Figures
+) -> None:
     keep = [f"keep-{i}" for i in range(3)]
     doomed = ["doomed-0"]
-    create_pods(consumer, ns, [tiny_pod(slug, n) for n in keep + doomed])
-    wait_all_running(consumer, ns, keep + doomed, 60)
+    pods.run(keep + doomed)
 
     mark = len(vkbridge.log_text())
     t0 = time.monotonic()
@@ -51,8 +40,8 @@ def test_short_loss_with_dead_connections_resyncs_within_10s(
                    interval=0.2)  # fmt: skip
         lost_after = time.monotonic() - t0
         born = [f"born-{i}" for i in range(5)]
-        create_pods(consumer, ns, [tiny_pod(slug, n, node_name=slug) for n in born])
-        delete_pods(consumer, ns, doomed)
+        pods.create(born, bound=True)
+        pods.delete(doomed)
         time.sleep(3)
     finally:
         tunnel.restore(reset_blackholed=False)  # the connections of before stay hung for ever
@@ -61,7 +50,7 @@ def test_short_loss_with_dead_connections_resyncs_within_10s(
     back_mark = len(vkbridge.log_text())
 
     def pending() -> dict[str, list[str]]:
-        local, sps = local_pods(consumer, ns), shadowpods(pool, remote)
+        local, sps = pods.local(), pods.shadows()
         return {
             "born not reflected": [n for n in born if n not in sps or not is_running(local.get(n))],
             "deleted still present": [n for n in doomed if n in sps or n in local],

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
@@ -167,26 +167,32 @@ def test_same_file_names_as_liqo(
     assert sorted(f for f, _ in repo_crds.values()) == sorted(f for f, _ in liqo_crds.values())
 
 
-@pytest.mark.parametrize(("group", "kind"), EXPECTED_KINDS, ids=KIND_IDS)
-def test_same_surface_as_liqo(
+class CrdPair(NamedTuple):
+    kind: str
+    ours: Crd
+    liqos: Crd
+
+
+@pytest.fixture(params=EXPECTED_KINDS, ids=KIND_IDS)
+def crd_pair(
+    request: pytest.FixtureRequest,
     repo_crds: dict[tuple[str, str], tuple[str, Crd]],
     liqo_crds: dict[tuple[str, str], tuple[str, Crd]],
-    group: str,
-    kind: str,
-) -> None:
+) -> CrdPair:
+    """The repo's CRD of one expected kind beside Liqo's, which must declare that kind too."""
+    group, kind = request.param
     assert (group, kind) in liqo_crds, f"Liqo's manifests do not declare {group}/{kind}"
-    assert surface(repo_crds[(group, kind)][1]) == surface(liqo_crds[(group, kind)][1])
+    return CrdPair(kind, repo_crds[(group, kind)][1], liqo_crds[(group, kind)][1])
 
 
-@pytest.mark.parametrize(("group", "kind"), EXPECTED_KINDS, ids=KIND_IDS)
-def test_no_liqo_field_is_pruned_at_top_level(
-    repo_crds: dict[tuple[str, str], tuple[str, Crd]],
-    liqo_crds: dict[tuple[str, str], tuple[str, Crd]],
-    group: str,
-    kind: str,
-) -> None:
-    ours = root_schema(repo_crds[(group, kind)][1])["properties"]
-    theirs = root_schema(liqo_crds[(group, kind)][1])["properties"]
+def test_same_surface_as_liqo(crd_pair: CrdPair) -> None:
+    assert surface(crd_pair.ours) == surface(crd_pair.liqos)
+
+
+def test_no_liqo_field_is_pruned_at_top_level(crd_pair: CrdPair) -> None:
+    kind = crd_pair.kind
+    ours = root_schema(crd_pair.ours)["properties"]
+    theirs = root_schema(crd_pair.liqos)["properties"]
     assert set(ours) == set(theirs)
     for top in ("spec", "status"):
         if top in theirs and not ours[top].get("x-kubernetes-preserve-unknown-fields"):

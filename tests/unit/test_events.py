@@ -187,26 +187,30 @@ async def test_unsupported_type_is_dropped() -> None:
 # -- aggregation -----------------------------------------------------------------------------------------
 
 
+async def repeat_event(
+    writer: FakeWriter, recorder: EventRecorder, clock: FakeClock, wall: list[int], delays: list[float]
+) -> None:
+    """Record one Warning, then the same again after each delay; each is written before time moves on."""
+    task = asyncio.create_task(recorder.run())
+    for n, delay in enumerate([0.0, *delays], start=1):
+        clock.advance(delay)
+        wall[0] += round(delay * 10**9)
+        recorder.event(pod(), "Warning", "FailedReflection", "boom")
+        await writer.wait_writes(n)
+    await recorder.aclose()
+    await task
+
+
 async def test_identical_events_patch_the_count() -> None:
     writer = FakeWriter()
     recorder, clock, wall = make(writer)
-    task = asyncio.create_task(recorder.run())
-    recorder.event(pod(), "Warning", "FailedReflection", "boom")
-    await writer.wait_writes(1)
-    name = writer.created[0][1]["metadata"]["name"]
-    for minute in (1, 2):
-        clock.advance(60.0)
-        wall[0] += 60 * 10**9
-        recorder.event(pod(), "Warning", "FailedReflection", "boom")
-        await writer.wait_writes(1 + minute)
-        assert writer.patched[-1] == (
-            "app",
-            name,
-            {"count": minute + 1, "lastTimestamp": f"2026-01-01T00:0{minute}:00Z", "message": "boom"},
-        )
-    await recorder.aclose()
-    await task
+    await repeat_event(writer, recorder, clock, wall, [60.0, 60.0])
     assert len(writer.created) == 1
+    name = writer.created[0][1]["metadata"]["name"]
+    assert writer.patched == [
+        ("app", name, {"count": 2, "lastTimestamp": "2026-01-01T00:01:00Z", "message": "boom"}),
+        ("app", name, {"count": 3, "lastTimestamp": "2026-01-01T00:02:00Z", "message": "boom"}),
+    ]
 
 
 async def test_aggregation_in_one_run() -> None:
@@ -224,18 +228,10 @@ async def test_aggregation_in_one_run() -> None:
 
 async def test_identical_event_after_10_minutes_creates_a_new_event() -> None:
     writer = FakeWriter()
-    recorder, clock, _ = make(writer)
-    task = asyncio.create_task(recorder.run())
-    recorder.event(pod(), "Warning", "FailedReflection", "boom")
-    await writer.wait_writes(1)
-    clock.advance(599.0)
-    recorder.event(pod(), "Warning", "FailedReflection", "boom")
-    await writer.wait_writes(2)
-    clock.advance(601.0)  # the window slides from the last sighting
-    recorder.event(pod(), "Warning", "FailedReflection", "boom")
-    await writer.wait_writes(3)
-    await recorder.aclose()
-    await task
+    recorder, clock, wall = make(writer)
+    # the second 599 s after the first is a patch; the window slides from the last sighting, so the third
+    # 601 s after the second is a new event
+    await repeat_event(writer, recorder, clock, wall, [599.0, 601.0])
     assert len(writer.created) == 2
     assert len(writer.patched) == 1
 
@@ -284,33 +280,35 @@ async def test_backlog_is_bounded_and_event_never_blocks(caplog: pytest.LogCaptu
     assert [b["involvedObject"]["name"] for _, b in writer.created] == ["p0", "p1", "p2"]
 
 
-async def test_transient_errors_are_retried_and_client_errors_dropped() -> None:
+@pytest.mark.parametrize(
+    ("errors", "kwargs", "created", "dropped"),
+    [
+        pytest.param(
+            [ApiError(None), ApiError(503), ApiError(429)],
+            {},
+            ["a", "b"],
+            0,
+            id="transient-errors-are-retried",
+        ),
+        # e.g. namespace terminating
+        pytest.param([ApiError(403)], {}, ["b"], 1, id="client-errors-are-dropped"),
+        pytest.param(
+            [ConnectionError("down")] * 3, {"max_tries": 3}, ["b"], 1, id="gives-up-after-max-tries"
+        ),
+    ],
+)
+async def test_write_errors_retry_or_drop_the_event(
+    errors: list[Exception], kwargs: dict[str, Any], created: list[str], dropped: int
+) -> None:
+    """The first of two events meets the errors; the second is written whatever became of the first."""
     writer = FakeWriter()
-    recorder, _, _ = make(writer)
-    writer.create_errors = [ApiError(None), ApiError(503), ApiError(429)]
+    recorder, _, _ = make(writer, **kwargs)
+    writer.create_errors = list(errors)
     recorder.event(pod(name="a", uid="a"), "Normal", "R", "m")
-    await flush(recorder)
-    assert len(writer.created) == 1
-
-    writer = FakeWriter()
-    recorder, _, _ = make(writer)
-    writer.create_errors = [ApiError(403)]  # e.g. namespace terminating
     recorder.event(pod(name="b", uid="b"), "Normal", "R", "m")
-    recorder.event(pod(name="c", uid="c"), "Normal", "R", "m")
     await flush(recorder)
-    assert [b["involvedObject"]["name"] for _, b in writer.created] == ["c"]
-    assert recorder.dropped == 1
-
-
-async def test_gives_up_after_max_tries() -> None:
-    writer = FakeWriter()
-    recorder, _, _ = make(writer, max_tries=3)
-    writer.create_errors = [ConnectionError("down")] * 3
-    recorder.event(pod(), "Normal", "R", "m")
-    recorder.event(pod(name="next", uid="n"), "Normal", "R", "m")
-    await flush(recorder)
-    assert [b["involvedObject"]["name"] for _, b in writer.created] == ["next"]
-    assert recorder.dropped == 1
+    assert [b["involvedObject"]["name"] for _, b in writer.created] == created
+    assert recorder.dropped == dropped
 
 
 async def test_run_waits_for_events_and_aclose_stops_it() -> None:

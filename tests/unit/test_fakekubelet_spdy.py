@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from e2e.fakekubelet import spdy as fake
 from e2e.fakekubelet.execspdy import parse_head, wanted_streams
-from vkbridge.kubeletapi import spdy as product
+from vkbridge.kubeletapi.streams import spdy as product
 
 
 def test_fake_decoder_reads_client_streams_data_pings_and_resets_split_anywhere() -> None:

@@ -14,8 +14,7 @@ from reflectors.forge.configuration import (
     SKIP_NOT_ALLOWED,
     SKIP_SA_TOKEN,
     configmap_skip_reason,
-    forge_remote_configmap,
-    forge_remote_secret,
+    forge_remote_copy,
     is_service_account_secret,
     node_mark,
     node_marks,
@@ -25,6 +24,7 @@ from reflectors.forge.configuration import (
     reserved_name_reason,
     secret_skip_reason,
 )
+from reflectors.forge.references import CONFIGMAP, SECRET
 
 LOCAL_ID = "c-1a2b3c4d"
 REMOTE_ID = "c0123456789ab"
@@ -53,14 +53,14 @@ def obj(
 
 
 def secret_body(local: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    return forge_remote_secret(
-        local, remote_ns="team-c-1a2b3c4d", local_id=LOCAL_ID, remote_id=REMOTE_ID, **kwargs
+    return forge_remote_copy(
+        SECRET, local, remote_ns="team-c-1a2b3c4d", local_id=LOCAL_ID, remote_id=REMOTE_ID, **kwargs
     )
 
 
 def configmap_body(local: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    return forge_remote_configmap(
-        local, remote_ns="team-c-1a2b3c4d", local_id=LOCAL_ID, remote_id=REMOTE_ID, **kwargs
+    return forge_remote_copy(
+        CONFIGMAP, local, remote_ns="team-c-1a2b3c4d", local_id=LOCAL_ID, remote_id=REMOTE_ID, **kwargs
     )
 
 

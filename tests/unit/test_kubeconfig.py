@@ -445,7 +445,7 @@ def test_server_url_with_a_path_prefix_is_kept(pki: dict[str, bytes]) -> None:
 
 
 def test_spdy_host_header_never_carries_userinfo() -> None:
-    from vkbridge.kubeletapi.spdyclient import host_header  # new in this fix: imported here
+    from vkbridge.kubeletapi.streams.spdyclient import host_header  # new in this fix: imported here
 
     assert host_header("https://admin:s3cr3t@pool.example:6443/prefix") == "pool.example:6443"
     assert host_header("https://pool.example") == "pool.example"

@@ -8,9 +8,9 @@ import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Any
 
-from vkbridge.kubeletapi.channels import ERROR, STDOUT, V5, exit_code_of
-from vkbridge.kubeletapi.poolstream import PoolStream
-from vkbridge.kubeletapi.relay import ExecFront, Inbound, relay
+from vkbridge.kubeletapi.streams.channels import ERROR, STDOUT, V5, exit_code_of
+from vkbridge.kubeletapi.streams.poolstream import PoolStream
+from vkbridge.kubeletapi.streams.relay import ExecFront, Inbound, relay
 
 MiB = 1024 * 1024
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vkbridge.kubeletapi.portforward import (
+from vkbridge.kubeletapi.streams.portforward import (
     PairTracker,
     PortForwardError,
     StreamKey,
@@ -13,7 +13,7 @@ from vkbridge.kubeletapi.portforward import (
     stream_key,
     ws_ports,
 )
-from vkbridge.kubeletapi.spdyconn import SpdyStream
+from vkbridge.kubeletapi.streams.spdyconn import SpdyStream
 
 
 def headers(kind: str, port: str, request_id: str | None = "0") -> dict[str, list[str]]:

@@ -258,6 +258,15 @@ async def settled(env: Env) -> None:
         await asyncio.sleep(0.05)
 
 
+async def remote_password_becomes(env: Env, password: str, what: str) -> None:
+    """Wait until the pool's copy of Secret ``db`` holds exactly ``password`` (base64 on the wire)."""
+    await eventually(
+        lambda: env.pool.obj("secrets", REMOTE_NS, "db")["data"] == {"password": b64(password)},  # type: ignore[index]
+        2.0,
+        what,
+    )
+
+
 async def test_ensure_applies_exactly_the_referenced_objects() -> None:
     env = Env()
     env.home.put("secrets", secret("db", {"password": SECRET_VALUE}))
@@ -390,17 +399,9 @@ async def test_local_update_is_reapplied_and_remote_drift_reverted() -> None:
     async with env.running() as refl:
         assert await refl.ensure_for_pod(NS, pod("a", env_secret="db")) == []
         env.home.put("secrets", secret("db", {"password": "two"}))
-        await eventually(
-            lambda: env.pool.obj("secrets", REMOTE_NS, "db")["data"] == {"password": b64("two")},
-            2.0,
-            "the update reflected",
-        )
+        await remote_password_becomes(env, "two", "the update reflected")
         env.put_remote_copy("secrets", "db", {"password": "tampered"})
-        await eventually(
-            lambda: env.pool.obj("secrets", REMOTE_NS, "db")["data"] == {"password": b64("two")},
-            2.0,
-            "drift reverted",
-        )
+        await remote_password_becomes(env, "two", "drift reverted")
         drifted = env.pool.obj("secrets", REMOTE_NS, "db")
         assert drifted is not None
         drifted = copy.deepcopy(drifted)
@@ -509,14 +510,7 @@ async def test_secret_values_never_reach_logs_or_errors(caplog: pytest.LogCaptur
     async with env.running() as refl:
         assert await refl.ensure_for_pod(NS, pod("a", env_secret="db")) == []
         env.home.put("secrets", secret("db", {"password": SECRET_VALUE + "-2"}))
-        await eventually(
-            lambda: (
-                env.pool.obj("secrets", REMOTE_NS, "db")["data"]  # type: ignore[index]
-                == {"password": b64(SECRET_VALUE + "-2")}
-            ),
-            2.0,
-            "update",
-        )
+        await remote_password_becomes(env, SECRET_VALUE + "-2", "update")
         env.home.put("secrets", secret("bad", {"password": SECRET_VALUE}))
         env.pool.fail["apply"] = [
             ApiError(422, "Invalid", f'data[password]: Invalid value: "{SECRET_VALUE}" / {SECRET_B64}')
@@ -658,11 +652,7 @@ async def test_update_by_one_node_keeps_the_other_nodes_mark() -> None:
         assert await node_a.ensure_for_pod(NS, pod("a", env_secret="db")) == []
         assert await node_b.ensure_for_pod(NS, pod("b", env_secret="db")) == []
         env.home.put("secrets", secret("db", {"password": "two"}))
-        await eventually(
-            lambda: env.pool.obj("secrets", REMOTE_NS, "db")["data"] == {"password": b64("two")},
-            2.0,
-            "the update reflected",
-        )
+        await remote_password_becomes(env, "two", "the update reflected")
         await settled(env)
         assert {MARK, MARK_B} <= remote_labels(env).keys()
 

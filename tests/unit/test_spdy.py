@@ -1,4 +1,4 @@
-"""SPDY/3.1 framing (vkbridge.kubeletapi.spdy) and the pure stream helpers around it."""
+"""SPDY/3.1 framing (vkbridge.kubeletapi.streams.spdy) and the pure stream helpers around it."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vkbridge.kubeletapi import channels as ch
-from vkbridge.kubeletapi import rawhttp, spdy
-from vkbridge.kubeletapi.spdydict import SPDY3_DICTIONARY
-from vkbridge.kubeletapi.streams import StreamRoute, stream_route
+from vkbridge.kubeletapi.streams import channels as ch
+from vkbridge.kubeletapi.streams import rawhttp, spdy
+from vkbridge.kubeletapi.streams.route import StreamRoute, stream_route
+from vkbridge.kubeletapi.streams.spdydict import SPDY3_DICTIONARY
 
 # Written by moby/spdystream v0.5.1's own Framer (Go): SYN_STREAM 1 {streamType: error}, SYN_STREAM 3
 # {streamType: stdin} (second header block on the same zlib stream), DATA 3 "hi\n" with FIN, PING 1.

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from reflectors.forge.timefmt import rfc3339
-from vkbridge.kube.kubeconfig import CertInfo, KubeconfigError
+from vkbridge.kube.kubeconfig import CertInfo, KubeconfigError, cert_info_of, load_kubeconfig_doc
 
 __all__ = [
     "DEFAULT_RENEW_FRACTION",
@@ -159,18 +159,6 @@ def _load_cas(pem: bytes) -> list[x509.Certificate]:
     if not cas:
         raise CertificateRejected("the CA bundle is empty")
     return cas
-
-
-def cert_info_of(cert: x509.Certificate) -> CertInfo:
-    cns = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
-    orgs = tuple(str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME))
-    return CertInfo(
-        serial=cert.serial_number,
-        not_before=cert.not_valid_before_utc,
-        not_after=cert.not_valid_after_utc,
-        cn=cns[0] if cns else None,
-        orgs=orgs,
-    )
 
 
 # ---------------------------------------------------------------------------------------------- verification
@@ -365,16 +353,6 @@ def seconds_to_expiry(not_after: dt.datetime, now: dt.datetime) -> float:
 
 
 # ---------------------------------------------------------------------------------------------- kubeconfig
-
-
-def load_kubeconfig_doc(raw: bytes | str) -> dict[str, Any]:
-    try:
-        doc = yaml.safe_load(raw)
-    except yaml.YAMLError:
-        raise KubeconfigError("kubeconfig is not valid YAML/JSON") from None
-    if not isinstance(doc, dict):
-        raise KubeconfigError("kubeconfig is not a mapping")
-    return doc
 
 
 def _user_entry(doc: Mapping[str, Any]) -> Mapping[str, Any]:

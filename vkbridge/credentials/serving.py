@@ -40,6 +40,7 @@ from vkbridge.credentials.certs import (
 from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.client import CERTIFICATESIGNINGREQUESTS, ApiError, KubeClient, WatchExpired
 from vkbridge.kube.kubeconfig import CertInfo
+from vkbridge.kube.waiting import wait_event
 from vkbridge.logs import get_logger
 
 __all__ = ["SIGNERS", "CertificateType", "ServingCertificateError", "ServingCertificateManager"]
@@ -157,12 +158,7 @@ class ServingCertificateManager:
 
     async def wait_ready(self, timeout: float | None = None) -> bool:
         """True once a certificate is installed; False if ``timeout`` passed first."""
-        try:
-            async with asyncio.timeout(timeout):
-                await self._ready.wait()
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(self._ready, timeout)
 
     def _install(self, chain_pem: bytes, key: SigningKey, info: CertInfo) -> None:
         self._ctx = _server_context(chain_pem, private_key_pem(key))

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 __all__ = ["Backoff"]
 
 
+@dataclass(eq=False)
 class Backoff:
     """Delays ``base, base*factor, ...`` capped at ``cap``, each shortened by up to ``jitter`` (a fraction).
 
@@ -18,30 +20,25 @@ class Backoff:
     spread out instead of retrying in lockstep.
     """
 
-    def __init__(
-        self,
-        base: float,
-        cap: float,
-        factor: float = 2.0,
-        jitter: float = 0.2,
-        *,
-        rand: Callable[[], float] = random.random,
-    ) -> None:
-        if not base > 0:
-            raise ValueError(f"base must be > 0, got {base!r}")
-        if cap < base:
-            raise ValueError(f"cap ({cap!r}) must be >= base ({base!r})")
-        if factor < 1.0:
-            raise ValueError(f"factor must be >= 1, got {factor!r}")
-        if not 0.0 <= jitter < 1.0:
-            raise ValueError(f"jitter must be in [0, 1), got {jitter!r}")
-        self.base = float(base)
-        self.cap = float(cap)
-        self.factor = float(factor)
-        self.jitter = float(jitter)
-        self._rand = rand
+    base: float
+    cap: float
+    factor: float = 2.0
+    jitter: float = 0.2
+    _: KW_ONLY
+    rand: Callable[[], float] = random.random
+    _current: float = field(init=False, repr=False)
+    _attempts: int = field(init=False, repr=False, default=0)
+
+    def __post_init__(self) -> None:
+        if not self.base > 0:
+            raise ValueError(f"base must be > 0, got {self.base!r}")
+        if self.cap < self.base:
+            raise ValueError(f"cap ({self.cap!r}) must be >= base ({self.base!r})")
+        if self.factor < 1.0:
+            raise ValueError(f"factor must be >= 1, got {self.factor!r}")
+        if not 0.0 <= self.jitter < 1.0:
+            raise ValueError(f"jitter must be in [0, 1), got {self.jitter!r}")
         self._current = self.base
-        self._attempts = 0
 
     @property
     def attempts(self) -> int:
@@ -53,7 +50,7 @@ class Backoff:
         delay = self._current
         self._attempts += 1
         self._current = min(self.cap, self._current * self.factor)
-        return delay * (1.0 - self.jitter * self._rand())
+        return delay * (1.0 - self.jitter * self.rand())
 
     def reset(self) -> None:
         """Start again from ``base`` (call after a success)."""

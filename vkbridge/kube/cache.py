@@ -23,6 +23,7 @@ from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.client import WATCH_OPENED, KubeClient
 from vkbridge.kube.errors import ApiError, TransportError, WatchExpired
 from vkbridge.kube.resources import Resource
+from vkbridge.kube.waiting import wait_event
 from vkbridge.logs import get_logger
 
 __all__ = ["Cache", "EventType", "Handler", "diff_stores", "object_key"]
@@ -187,12 +188,7 @@ class Cache:
 
     async def wait_synced(self, timeout: float | None = None) -> bool:
         """True once the first list is in the store; False if ``timeout`` passed first."""
-        try:
-            async with asyncio.timeout(timeout):
-                await self._synced.wait()
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(self._synced, timeout)
 
     def subscribe(self, callback: Handler) -> Callable[[], None]:
         """Call ``callback(type, old, new)`` on every change; returns an unsubscribe function."""

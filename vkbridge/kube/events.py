@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
+from reflectors.forge.timefmt import rfc3339
 from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.ratelimit import Clock, TokenBucket
 from vkbridge.logs import get_logger
@@ -113,8 +114,9 @@ def event_name(object_name: str, wall_ns: int) -> str:
     return f"{base or 'event'}{suffix}"
 
 
-def _rfc3339(wall_ns: int) -> str:
-    return datetime.fromtimestamp(wall_ns // 1_000_000_000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _event_time(wall_ns: int) -> str:
+    """A ``time.time_ns()`` reading as the whole-second ``metav1.Time`` an Event's timestamps hold."""
+    return rfc3339(datetime.fromtimestamp(wall_ns // 1_000_000_000, tz=UTC))
 
 
 def _status(err: BaseException) -> int | None:
@@ -261,7 +263,7 @@ class EventRecorder:
         )
 
     def _body(self, p: _Pending) -> dict[str, Any]:
-        ts = _rfc3339(p.wall_ns)
+        ts = _event_time(p.wall_ns)
         source = {"component": self._component}
         if self._host:
             source["host"] = self._host
@@ -348,6 +350,6 @@ class EventRecorder:
 
     async def _patch(self, key: tuple[str, ...], seen: _Observed, p: _Pending) -> None:
         count = seen.count + 1
-        patch = {"count": count, "lastTimestamp": _rfc3339(p.wall_ns), "message": p.message}
+        patch = {"count": count, "lastTimestamp": _event_time(p.wall_ns), "message": p.message}
         await self._writer.patch_event(seen.namespace, seen.name, patch)
         self._remember(key, seen.namespace, seen.name, count)

@@ -38,7 +38,9 @@ __all__ = [
     "Credentials",
     "KubeconfigError",
     "cert_info",
+    "cert_info_of",
     "in_cluster_credentials",
+    "load_kubeconfig_doc",
     "load_kubeconfig_file",
     "parse_kubeconfig",
     "read_token",
@@ -120,6 +122,11 @@ def cert_info(pem: bytes | str) -> CertInfo:
         cert = x509.load_pem_x509_certificate(data)
     except ValueError as exc:
         raise ValueError("not a PEM certificate") from exc
+    return cert_info_of(cert)
+
+
+def cert_info_of(cert: x509.Certificate) -> CertInfo:
+    """``cert_info`` of a certificate already loaded."""
     cns = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
     orgs = tuple(str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME))
     return CertInfo(
@@ -210,13 +217,16 @@ def _refuse_file_fields(section: str, name: str, body: Mapping[str, Any]) -> Non
 
 
 def _load_doc(config: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
-    if isinstance(config, Mapping):
-        return config
+    return config if isinstance(config, Mapping) else load_kubeconfig_doc(config)
+
+
+def load_kubeconfig_doc(raw: bytes | str) -> dict[str, Any]:
+    """A kubeconfig's YAML (or JSON) as a mapping; anything else is a ``KubeconfigError``."""
     try:
-        doc = yaml.safe_load(config)
+        doc = yaml.safe_load(raw)
     except yaml.YAMLError:
         raise KubeconfigError("kubeconfig is not valid YAML/JSON") from None
-    if not isinstance(doc, Mapping):
+    if not isinstance(doc, dict):
         raise KubeconfigError("kubeconfig is not a mapping")
     return doc
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from reflectors.forge.timefmt import rfc3339_micro
@@ -110,14 +110,8 @@ class LeaderElector:
             if not err.not_found:
                 raise
             self._lease = None
-            try:
-                self._lease = await self._client.create(LEASES, self._body(now, 0, None), self.namespace)
-            except ApiError as err2:
-                if err2.already_exists or err2.conflict:
-                    return False
-                raise
-            self._observer.observe(self._lease)
-            return True
+            creation = self._client.create(LEASES, self._body(now, 0, None), self.namespace)
+            return await self._write(creation, lambda e: e.already_exists or e.conflict)
         self._observer.observe(self._lease)
         spec = self._lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
@@ -127,11 +121,15 @@ class LeaderElector:
         acquire = spec.get("acquireTime") if holder == self.identity else None
         if holder != self.identity:
             transitions += 1
+        update = self._client.replace(LEASES, self._body(now, transitions, acquire), self.namespace)
+        return await self._write(update, lambda e: e.conflict or e.not_found)
+
+    async def _write(self, write: Awaitable[dict[str, Any]], lost: Callable[[ApiError], bool]) -> bool:
+        """Await a create or update of the Lease: False when ``lost`` says another writer won the race."""
         try:
-            body = self._body(now, transitions, acquire)
-            self._lease = await self._client.replace(LEASES, body, self.namespace)
+            self._lease = await write
         except ApiError as err:
-            if err.conflict or err.not_found:
+            if lost(err):
                 return False
             raise
         self._observer.observe(self._lease)

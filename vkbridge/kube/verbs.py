@@ -6,7 +6,7 @@ transport (sessions, rate limit, credential swaps, request counting) stays in on
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, TypedDict, Unpack
 
 from vkbridge.kube.requestmetrics import APPLY_PATCH, Params
 from vkbridge.kube.resources import Resource
@@ -20,19 +20,19 @@ Obj = dict[str, Any]
 Body = dict[str, Any] | list[Any]  # a list is a JSON patch
 
 
+class RequestOptions(TypedDict, total=False):
+    """What a verb may pass to ``KubeClient.request`` besides method and path."""
+
+    params: Params | None
+    body: Body | None
+    content_type: str | None
+    timeout: float | None
+
+
 class ResourceVerbs:
     """What ``KubeClient`` offers on top of ``request``."""
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Params | None = None,
-        body: Body | None = None,
-        content_type: str | None = None,
-        timeout: float | None = None,
-    ) -> Obj:
+    async def request(self, method: str, path: str, **options: Unpack[RequestOptions]) -> Obj:
         """Send one request: ``KubeClient.request`` (the transport)."""
         raise NotImplementedError
 

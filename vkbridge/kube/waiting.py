@@ -14,8 +14,9 @@ import asyncio
 __all__ = ["wait_event"]
 
 
-async def wait_event(event: asyncio.Event, timeout: float) -> bool:
-    """Wait until ``event`` is set (True) or ``timeout`` seconds pass (False); a cancel always propagates."""
+async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
+    """Wait until ``event`` is set (True) or ``timeout`` seconds pass (False; None waits for ever); a cancel
+    always propagates."""
     try:
         async with asyncio.timeout(timeout):
             await event.wait()

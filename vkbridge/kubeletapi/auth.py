@@ -62,32 +62,31 @@ def is_subpath(subpath: str, path: str) -> bool:
     return subpath == path or (subpath.startswith(path) and subpath[len(path) : len(path) + 1] == "/")
 
 
+# The kubelet's two lookups of a request's subresources: (path prefix, subresource), first match wins.
+_NAMED_SUBRESOURCES: Final = (
+    ("/pods", "pods"),
+    ("/healthz", "healthz"),
+    ("/configz", "configz"),
+    ("/runningpods/", "pods"),
+)
+_SUBRESOURCES: Final = (
+    ("/stats/", "stats"),
+    ("/metrics", "metrics"),
+    ("/logs/", "log"),
+    ("/checkpoint/", "checkpoint"),
+    ("/statusz", "statusz"),
+    ("/flagz", "configz"),
+)
+
+
+def _first_match(path: str, table: tuple[tuple[str, str], ...]) -> str | None:
+    return next((sub for prefix, sub in table if is_subpath(path, prefix)), None)
+
+
 def subresources_for(path: str) -> list[str]:
     """Subresources tried in order; any allowed one admits the request (1.36, fine-grained authz on)."""
-    out: list[str] = []
-    if is_subpath(path, "/pods"):
-        out.append("pods")
-    elif is_subpath(path, "/healthz"):
-        out.append("healthz")
-    elif is_subpath(path, "/configz"):
-        out.append("configz")
-    elif is_subpath(path, "/runningpods/"):
-        out.append("pods")
-    if is_subpath(path, "/stats/"):
-        out.append("stats")
-    elif is_subpath(path, "/metrics"):
-        out.append("metrics")
-    elif is_subpath(path, "/logs/"):
-        out.append("log")
-    elif is_subpath(path, "/checkpoint/"):
-        out.append("checkpoint")
-    elif is_subpath(path, "/statusz"):
-        out.append("statusz")
-    elif is_subpath(path, "/flagz"):
-        out.append("configz")
-    else:
-        out.append("proxy")
-    return out
+    named = _first_match(path, _NAMED_SUBRESOURCES)
+    return [*([named] if named else []), _first_match(path, _SUBRESOURCES) or "proxy"]
 
 
 # ---------------------------------------------------------------------------------------------- identity

@@ -5,7 +5,7 @@ kubectl's WebSocket exec, technotes §0) to our SPDY code and everything else to
 authenticated and authorized like a kubelet in Webhook mode before any routing. Streams are relayed
 to the pool API server's ``pods/exec``/``pods/attach`` over WebSocket ``v5.channel.k8s.io``, or over
 SPDY/3.1 where the pool forbids that (Liqo's pool role); logs are streamed chunk by chunk from
-``pods/log``; port-forward sessions are relayed pair by pair to ``pods/portforward`` (portforward.py).
+``pods/log``; port-forward sessions are relayed pair by pair to ``pods/portforward`` (streams/portforward.py).
 
 Until a serving certificate exists the port is closed, and the reason is logged every minute (the
 silent wait of LIQO issue #241 cost days to diagnose).
@@ -27,9 +27,13 @@ from prometheus_client import generate_latest
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import PODS, ApiError, KubeClient, is_transport_failure
 from vkbridge.kube.health import HealthChecks
-from vkbridge.kubeletapi import pfserve, promtext, rawhttp
+from vkbridge.kubeletapi import promtext
 from vkbridge.kubeletapi.auth import KubeletAuth
-from vkbridge.kubeletapi.channels import (
+from vkbridge.kubeletapi.clientca import ClientCAFollower
+from vkbridge.kubeletapi.sniffer import Sniffer
+from vkbridge.kubeletapi.stats import PodRefs, StatsProvider
+from vkbridge.kubeletapi.streams import pfserve, rawhttp
+from vkbridge.kubeletapi.streams.channels import (
     PORTFORWARD,
     SPDY_PROTOCOLS,
     V1,
@@ -39,16 +43,14 @@ from vkbridge.kubeletapi.channels import (
     negotiate,
     split_protocols,
 )
-from vkbridge.kubeletapi.clientca import ClientCAFollower
-from vkbridge.kubeletapi.pooldial import DialError, PoolDialer
-from vkbridge.kubeletapi.portforward import PoolPortForward, SpdyPortForward
-from vkbridge.kubeletapi.relay import relay
-from vkbridge.kubeletapi.sniffer import Sniffer
-from vkbridge.kubeletapi.spdyconn import SpdyConnection, SpdyExecFront, StreamSetTimeout
-from vkbridge.kubeletapi.stats import PodRefs, StatsProvider
-from vkbridge.kubeletapi.streams import StreamRoute, StreamService, not_reflected, stream_route
+from vkbridge.kubeletapi.streams.pooldial import DialError, PoolDialer
+from vkbridge.kubeletapi.streams.poolstream import PoolStream
+from vkbridge.kubeletapi.streams.portforward import PoolPortForward, SpdyPortForward
+from vkbridge.kubeletapi.streams.relay import ExecFront, relay
+from vkbridge.kubeletapi.streams.route import StreamRoute, StreamService, not_reflected, stream_route
+from vkbridge.kubeletapi.streams.spdyconn import SpdyConnection, SpdyExecFront, StreamSetTimeout
+from vkbridge.kubeletapi.streams.wsfront import WsExecFront
 from vkbridge.kubeletapi.tls import ServingTLS
-from vkbridge.kubeletapi.wsfront import WsExecFront
 from vkbridge.logs import get_logger
 from vkbridge.metrics import Metrics
 
@@ -458,15 +460,7 @@ class KubeletServer:
         except BaseException:
             await pool_stream.close()
             raise
-        self.stream_protocols[f"websocket/{protocol}"] += 1
-        self.active_exec_sessions += 1
-        try:
-            result = await relay(front, pool_stream)
-        finally:
-            self.active_exec_sessions -= 1
-        _log_stream(
-            route, f"websocket->{pool_stream.transport}", protocol, result.exit_code, result.status is None
-        )
+        await self._relay_exec(route, "websocket", protocol, front, pool_stream)
         return ws
 
     # ------------------------------------------------------------------------------------------ SPDY
@@ -551,16 +545,21 @@ class KubeletServer:
         except BaseException:
             await pool_stream.close()
             raise
-        self.stream_protocols[f"spdy/{protocol}"] += 1
+        await self._relay_exec(route, "spdy", protocol, SpdyExecFront(conn, protocol), pool_stream)
+        return None
+
+    async def _relay_exec(
+        self, route: StreamRoute, front_kind: str, protocol: str, front: ExecFront, pool_stream: PoolStream
+    ) -> None:
+        """One exec/attach session relayed, counted while it runs (both fronts alike), and its end logged."""
+        self.stream_protocols[f"{front_kind}/{protocol}"] += 1
         self.active_exec_sessions += 1
         try:
-            outcome = await relay(SpdyExecFront(conn, protocol), pool_stream)
+            outcome = await relay(front, pool_stream)
         finally:
             self.active_exec_sessions -= 1
-        _log_stream(
-            route, f"spdy->{pool_stream.transport}", protocol, outcome.exit_code, outcome.status is None
-        )
-        return None
+        transport = f"{front_kind}->{pool_stream.transport}"
+        _log_stream(route, transport, protocol, outcome.exit_code, outcome.status is None)
 
 
 def _exposition(body: bytes) -> web.Response:

@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable
 from typing import Final, cast
 
-from vkbridge.kubeletapi.rawhttp import is_spdy_upgrade
+from vkbridge.kubeletapi.streams.rawhttp import is_spdy_upgrade
 
 __all__ = ["Sniffer", "keepalive"]
 

@@ -7,6 +7,7 @@ marks the node dirty; one loop compares the cached Node with the desired one and
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -76,17 +77,7 @@ class NodeController:
         base = self._base_inputs()
         vn = self._vns.get(self._vn_key)
         rs = self._rss.get(self._vn_key)
-        return model.NodeInputs(
-            node_name=base.node_name,
-            remote_cluster_id=base.remote_cluster_id,
-            node_ip=base.node_ip,
-            listen_port=base.listen_port,
-            kubelet_version=base.kubelet_version,
-            extra_labels=base.extra_labels,
-            extra_annotations=base.extra_annotations,
-            virtual_node=vn,
-            grant=grant_of(rs, vn),
-        )
+        return dataclasses.replace(base, virtual_node=vn, grant=grant_of(rs, vn))
 
     async def reconcile(self) -> None:
         inp = self.inputs()

@@ -12,7 +12,7 @@ from typing import Final
 
 import aiohttp
 
-from vkbridge.kubeletapi.channels import CLOSE, RESIZE, STDIN, V5
+from vkbridge.kubeletapi.streams.channels import CLOSE, RESIZE, STDIN, V5
 
 __all__ = ["DialError", "PoolStream", "WsPoolStream"]
 

@@ -23,9 +23,9 @@ import aiohttp
 
 from vkbridge.kube.client import KubeClient
 from vkbridge.kube.kubeconfig import Credentials, KubeconfigError, read_token, ssl_context
-from vkbridge.kubeletapi.channels import SPDY_PROTOCOLS, V4, V5, StreamOptions
-from vkbridge.kubeletapi.poolstream import DialError, PoolStream, WsPoolStream
-from vkbridge.kubeletapi.spdyclient import spdy_dial
+from vkbridge.kubeletapi.streams.channels import SPDY_PROTOCOLS, V4, V5, StreamOptions
+from vkbridge.kubeletapi.streams.poolstream import DialError, PoolStream, WsPoolStream
+from vkbridge.kubeletapi.streams.spdyclient import spdy_dial
 from vkbridge.logs import get_logger
 
 __all__ = ["GENERIC_REFUSAL", "DialError", "PoolDialer"]

@@ -18,8 +18,8 @@ from typing import Any, Final, Literal
 
 import aiohttp
 
-from vkbridge.kubeletapi.channels import ERROR, STDERR, STDOUT, exit_code_of, internal_error
-from vkbridge.kubeletapi.poolstream import PoolStream
+from vkbridge.kubeletapi.streams.channels import ERROR, STDERR, STDOUT, exit_code_of, internal_error
+from vkbridge.kubeletapi.streams.poolstream import PoolStream
 from vkbridge.logs import get_logger
 
 __all__ = ["MAX_STATUS_BYTES", "ExecFront", "Inbound", "RelayResult", "StatusBuffer", "relay"]

@@ -24,12 +24,12 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from vkbridge.kubeletapi import spdy
-from vkbridge.kubeletapi.channels import PORTFORWARD
-from vkbridge.kubeletapi.pooldial import PoolDialer
 from vkbridge.kubeletapi.sniffer import keepalive
-from vkbridge.kubeletapi.spdyclient import close_upgraded, spdy_upgrade
-from vkbridge.kubeletapi.spdyconn import SpdyConnection, SpdyStream
+from vkbridge.kubeletapi.streams import spdy
+from vkbridge.kubeletapi.streams.channels import PORTFORWARD
+from vkbridge.kubeletapi.streams.pooldial import PoolDialer
+from vkbridge.kubeletapi.streams.spdyclient import close_upgraded, spdy_upgrade
+from vkbridge.kubeletapi.streams.spdyconn import SpdyConnection, SpdyStream
 from vkbridge.logs import get_logger
 
 __all__ = [

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
-from vkbridge.kubeletapi import spdy
-from vkbridge.kubeletapi.channels import STDERR, STDOUT, ChannelError, ResizeDecoder, error_payload
-from vkbridge.kubeletapi.relay import ExecFront, Inbound
+from vkbridge.kubeletapi.streams import spdy
+from vkbridge.kubeletapi.streams.channels import STDERR, STDOUT, ChannelError, ResizeDecoder, error_payload
+from vkbridge.kubeletapi.streams.relay import ExecFront, Inbound
 from vkbridge.logs import get_logger
 
 __all__ = ["SpdyConnection", "SpdyExecFront", "SpdyStream", "StreamSetTimeout"]

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from vkbridge.kubeletapi.channels import (
+from vkbridge.kubeletapi.streams.channels import (
     CLOSE,
     ERROR,
     RESIZE,
@@ -25,7 +25,7 @@ from vkbridge.kubeletapi.channels import (
     encode_ws,
     error_payload,
 )
-from vkbridge.kubeletapi.relay import ExecFront, Inbound
+from vkbridge.kubeletapi.streams.relay import ExecFront, Inbound
 
 __all__ = ["WsExecFront"]
 

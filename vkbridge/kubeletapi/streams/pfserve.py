@@ -14,10 +14,17 @@ from typing import Final
 import aiohttp
 from aiohttp import web
 
-from vkbridge.kubeletapi.channels import V4, V4_B64, ChannelError, decode_ws, encode_ws, split_protocols
-from vkbridge.kubeletapi.poolstream import DialError
-from vkbridge.kubeletapi.portforward import PoolPortForward, PortForwardError, WsPortForward, ws_ports
-from vkbridge.kubeletapi.streams import StreamRoute
+from vkbridge.kubeletapi.streams.channels import (
+    V4,
+    V4_B64,
+    ChannelError,
+    decode_ws,
+    encode_ws,
+    split_protocols,
+)
+from vkbridge.kubeletapi.streams.poolstream import DialError
+from vkbridge.kubeletapi.streams.portforward import PoolPortForward, PortForwardError, WsPortForward, ws_ports
+from vkbridge.kubeletapi.streams.route import StreamRoute
 from vkbridge.logs import get_logger
 
 __all__ = ["WS_PORTFORWARD_PROTOCOLS", "websocket"]

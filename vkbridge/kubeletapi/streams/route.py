@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from vkbridge.kube.client import PODS, ApiError, KubeClient
-from vkbridge.kubeletapi.channels import StreamOptions
-from vkbridge.kubeletapi.pooldial import GENERIC_REFUSAL, PoolDialer
-from vkbridge.kubeletapi.poolstream import DialError, PoolStream
+from vkbridge.kubeletapi.streams.channels import StreamOptions
+from vkbridge.kubeletapi.streams.pooldial import GENERIC_REFUSAL, PoolDialer
+from vkbridge.kubeletapi.streams.poolstream import DialError, PoolStream
 from vkbridge.logs import get_logger
 
 __all__ = ["StreamRoute", "StreamService", "not_reflected", "stream_route"]

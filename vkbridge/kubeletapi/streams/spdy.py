@@ -13,9 +13,9 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Final
+from typing import ClassVar, Final
 
-from vkbridge.kubeletapi.spdydict import SPDY3_DICTIONARY
+from vkbridge.kubeletapi.streams.spdydict import SPDY3_DICTIONARY
 
 __all__ = [
     "FLAG_FIN",
@@ -105,10 +105,23 @@ class SynStream:
 
 
 @dataclass(frozen=True)
-class SynReply:
+class _StreamHeaders:
+    """SYN_REPLY and HEADERS: the same payload (a stream id and a header block), told apart by type."""
+
+    frame_type: ClassVar[FrameType]
     stream_id: int
     headers: Headers = field(default_factory=dict)
     fin: bool = False
+
+
+@dataclass(frozen=True)
+class SynReply(_StreamHeaders):
+    frame_type: ClassVar[FrameType] = FrameType.SYN_REPLY
+
+
+@dataclass(frozen=True)
+class HeadersFrame(_StreamHeaders):
+    frame_type: ClassVar[FrameType] = FrameType.HEADERS
 
 
 @dataclass(frozen=True)
@@ -132,13 +145,6 @@ class Ping:
 class GoAway:
     last_good_stream_id: int
     status: int = GoAwayStatus.OK
-
-
-@dataclass(frozen=True)
-class HeadersFrame:
-    stream_id: int
-    headers: Headers = field(default_factory=dict)
-    fin: bool = False
 
 
 @dataclass(frozen=True)
@@ -267,12 +273,9 @@ class FrameEncoder:
                 frame.slot & 0xFF,
             )
             return _control(FrameType.SYN_STREAM, flags, head + self._headers.encode(frame.headers))
-        if isinstance(frame, SynReply):
+        if isinstance(frame, _StreamHeaders):
             payload = struct.pack(">I", _sid(frame.stream_id)) + self._headers.encode(frame.headers)
-            return _control(FrameType.SYN_REPLY, FLAG_FIN if frame.fin else 0, payload)
-        if isinstance(frame, HeadersFrame):
-            payload = struct.pack(">I", _sid(frame.stream_id)) + self._headers.encode(frame.headers)
-            return _control(FrameType.HEADERS, FLAG_FIN if frame.fin else 0, payload)
+            return _control(frame.frame_type, FLAG_FIN if frame.fin else 0, payload)
         if isinstance(frame, RstStream):
             return _control(FrameType.RST_STREAM, 0, struct.pack(">II", _sid(frame.stream_id), frame.status))
         if isinstance(frame, Settings):
@@ -361,9 +364,8 @@ class FrameDecoder:
             _need(p, 4, FrameType(ftype).name)
             sid = _nonzero(struct.unpack_from(">I", p)[0] & _STREAM_ID_MASK, FrameType(ftype).name)
             headers = self._headers.decode(p[4:])
-            if ftype == FrameType.SYN_REPLY:
-                return SynReply(sid, headers, fin=bool(flags & FLAG_FIN))
-            return HeadersFrame(sid, headers, fin=bool(flags & FLAG_FIN))
+            cls = SynReply if ftype == FrameType.SYN_REPLY else HeadersFrame
+            return cls(sid, headers, fin=bool(flags & FLAG_FIN))
         if ftype == FrameType.RST_STREAM:
             _exact(p, 8, "RST_STREAM")
             sid, status = struct.unpack(">II", p)

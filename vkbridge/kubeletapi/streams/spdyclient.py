@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import Final, TypeVar
 from urllib.parse import urlencode, urlsplit
 
-from vkbridge.kubeletapi import spdy
-from vkbridge.kubeletapi.channels import ERROR, STDERR, STDOUT, StreamOptions
-from vkbridge.kubeletapi.poolstream import DialError, PoolStream
+from vkbridge.kubeletapi.streams import spdy
+from vkbridge.kubeletapi.streams.channels import ERROR, STDERR, STDOUT, StreamOptions
+from vkbridge.kubeletapi.streams.poolstream import DialError, PoolStream
 
 __all__ = [
     "SpdyPoolStream",
