@@ -469,9 +469,10 @@ async def test_self_signed_serving_certificate(home: KubeClient) -> None:
 async def test_resourceslice_renewal_before_expiry_without_failed_requests(
     new_peering: NewPeering, home: KubeClient, pool_admin: KubeClient, tunnel: TunnelProxy
 ) -> None:
-    """A 3-minute certificate re-signed in the ResourceSlice: adopted at once, persisted, no request lost."""
+    """A 2-minute certificate re-signed in the ResourceSlice: adopted at once, persisted, no request lost.
+    (Two minutes, not three: the test waits for the old one's expiry, and CI time is a budget.)"""
     async with (
-        new_peering("3m", "replicator,resourceslice") as (b, _emu),
+        new_peering("2m", "replicator,resourceslice") as (b, _emu),
         credential_stack(home, b, renewer={}) as stack,
     ):
         assert stack.renewer is not None
@@ -490,7 +491,7 @@ async def test_resourceslice_renewal_before_expiry_without_failed_requests(
 
         stack.pool.swap_credentials = observed_swap  # type: ignore[method-assign]
         try:
-            assert 150 < (stack.metric("vkbridge_client_certificate_expiry_seconds") or 0) <= 186
+            assert 90 < (stack.metric("vkbridge_client_certificate_expiry_seconds") or 0) <= 126
             await eventually(
                 lambda: stack.pool.credentials.client_cert_pem != b.cert_pem,
                 (first.not_valid_after_utc - dt.datetime.now(dt.UTC)).total_seconds(),
@@ -770,11 +771,11 @@ async def test_pod_reflection_continues_across_a_certificate_renewal(
     fresh_ns: Callable[[ControlPlane], str],
     tmp_path: Path,
 ) -> None:
-    """A whole vkbridge on a peering whose 3-minute certificate the pool re-signs at 2/3 of its life:
+    """A whole vkbridge on a peering whose 2-minute certificate the pool re-signs at 2/3 of its life:
     pods created every second before, during and after the swap all run, one ShadowPod each, without a
     failed handle, a retried key or a warning, through the old certificate's expiry."""
     full = "offloading,replicator,namespacemap,shadowpod,resourceslice"
-    async with new_peering("3m", full) as (b, _emu):
+    async with new_peering("2m", full) as (b, _emu):
         first = x509.load_pem_x509_certificate(b.cert_pem)
         vk = VkbridgeProcess(vkbridge_options(consumer, b), tmp_path / "vkbridge.log").start()
         try:
