@@ -24,7 +24,7 @@ from e2e.controlplane import ControlPlane, free_port
 from e2e.pki import write_pem
 from e2e.procs import end_process, log_tail, start_or_stop
 from e2e.waiting import wait_until
-from e2e.workers.host import NODE_IP_RANGE, NodeAddresses, pick_free, used_ipv4
+from e2e.workers.host import NODE_IP_RANGE, AddressClaim, NodeAddresses
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class MetricsServer:
         self.dir = plane.base_dir / "metrics-server"
         self.port = free_port()
         self.addr: NodeAddresses | None = None
+        self.claim: AddressClaim | None = None
         self.ip = ""
         self.popen: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -52,8 +53,10 @@ class MetricsServer:
 
     def _start(self, timeout: float) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.ip = str(pick_free(NODE_IP_RANGE, 32, 1, used_ipv4())[0].network_address)
-        self.addr = NodeAddresses(f"vkbms{uuid.uuid4().hex[:6]}", [self.ip]).create()
+        name = f"vkbms{uuid.uuid4().hex[:6]}"
+        self.claim = AddressClaim(name)
+        self.ip = str(self.claim.pick(NODE_IP_RANGE, 32, 1)[0].network_address)
+        self.addr = NodeAddresses(name, [self.ip]).create()
         serving = self.plane.ca.issue(NAME, server=True, ips=[self.ip], dns=[SERVICE_DNS])
         assert serving.key_pem is not None
         crt = write_pem(self.dir / "serving.crt", serving.cert_pem, 0o644)
@@ -133,6 +136,9 @@ class MetricsServer:
         if self.addr is not None:
             self.addr.remove()
             self.addr = None
+        if self.claim is not None:
+            self.claim.release()
+            self.claim = None
 
     def __enter__(self) -> MetricsServer:
         return self.start()

@@ -38,19 +38,39 @@ if [ "$#" -gt 0 ]; then
   step "pytest $*"
   run_pytest "$@"
 else
-  # The whole run (CI's): unit and integration tests, then the resilience scenarios in a session of
-  # their own (they stop and restart the session's vkbridge and time recoveries, so they run alone).
-  step "pytest: unit and integration"
+  # The whole run (CI's) is four pytest sessions in two lanes side by side: their time is waits (outages,
+  # certificate expiry, recoveries), not CPU, and each session has its own planes, workers and addresses
+  # (e2e/workers/host.py AddressClaim keeps two sessions' testbed networks apart). Lane A streams here;
+  # lane B's log is printed whole when both are done.
+  lanes=$(mktemp -d)
+  (
+    status=0
+    # The resilience scenarios stop and restart the session's vkbridge and time recoveries: a session of
+    # their own.
+    step "pytest: resilience scenarios"
+    run_pytest tests/resilience -m resilience
+    # Builds the image (hack/image.sh: own dockerd, debootstrap base) and runs it as the pod of deploy/ on
+    # a real consumer kubelet; it owns the node's Lease, so it cannot share a session with the others.
+    step "pytest: vkbridge from its image as the pod of deploy/"
+    run_pytest tests/integration/test_image_as_pod.py -m shipping
+    # The same scenarios against Liqo's own VK and vkbridge, differences exactly docs/compatibility.md.
+    step "pytest: differential suite (Liqo v1.2's VK as oracle)"
+    run_pytest tests/differential -m differential
+    echo "$status" >"$lanes/b.rc"
+  ) >"$lanes/b.log" 2>&1 &
+  lane_b=$!
+  # A signal to this script ends lane B's pytest too (its conftest tears the planes down on TERM).
+  trap 'pkill -TERM -P "$lane_b" 2>/dev/null; wait "$lane_b"; exit 143' TERM INT
+  t0=$SECONDS
+  step "pytest: unit and integration (lane A; lane B runs resilience, image, differential meanwhile)"
   run_pytest
-  step "pytest: resilience scenarios"
-  run_pytest tests/resilience -m resilience
-  # Builds the image (hack/image.sh: own dockerd, debootstrap base) and runs it as the pod of deploy/ on
-  # a real consumer kubelet; it owns the node's Lease, so it cannot share a session with the others.
-  step "pytest: vkbridge from its image as the pod of deploy/"
-  run_pytest tests/integration/test_image_as_pod.py -m shipping
-  # The same scenarios against Liqo's own VK and vkbridge, differences exactly docs/compatibility.md.
-  step "pytest: differential suite (Liqo v1.2's VK as oracle)"
-  run_pytest tests/differential -m differential
+  echo "lane A done in $((SECONDS - t0)) s"
+  wait "$lane_b"
+  trap - TERM INT
+  echo "lane B done in $((SECONDS - t0)) s; its log:"
+  cat "$lanes/b.log"
+  [ "$(cat "$lanes/b.rc" 2>/dev/null)" = 0 ] || status=1
+  rm -rf "$lanes"
 fi
 
 step "leftovers (processes, network namespaces, mounts the run made)"

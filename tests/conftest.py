@@ -1,6 +1,8 @@
 """Test configuration: the control-plane and pool fixtures live in e2e/ as pytest plugins."""
 
 import importlib.util
+import signal
+from types import FrameType
 
 pytest_plugins = [
     name
@@ -25,3 +27,14 @@ except ImportError:  # pragma: no cover - hypothesis is a dev dependency
 else:
     _hypothesis_settings.register_profile("vkbridge", deadline=None)
     _hypothesis_settings.load_profile("vkbridge")
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure() -> None:
+    """SIGTERM (CI's timeout, hack/test.sh ending a lane) ends the session like Ctrl-C: pytest tears the
+    session's fixtures down and the atexit handlers end the planes and workers; TERM's default action would
+    exit at once and leave them all running."""
+    signal.signal(signal.SIGTERM, _interrupt)

@@ -7,13 +7,14 @@ descendants), mounts under its own directories, interfaces it created by name.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import logging
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,67 @@ def pick_free(
         if len(picked) == count:
             return picked
     raise RuntimeError(f"no {count} free /{prefix} in {within}")
+
+
+# Testbed addresses claimed by the live sessions of this host: CI runs several pytest sessions at once,
+# and a pod subnet is on no interface until CNI makes the bridge for the first pod, so the host's own
+# addresses alone cannot tell two sessions' picks apart. One file per claim, named by its owner.
+CLAIMS_DIR = Path("/tmp/vkbw-claims")
+
+
+@contextlib.contextmanager
+def _claims_locked() -> Iterator[None]:
+    CLAIMS_DIR.mkdir(exist_ok=True)
+    with (CLAIMS_DIR / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _others_claims(owner: str) -> set[ipaddress.IPv4Network]:
+    """Networks claimed by other live processes; a dead process's claim file is removed."""
+    nets: set[ipaddress.IPv4Network] = set()
+    for path in CLAIMS_DIR.glob("*.claim"):
+        if path.stem == owner:
+            continue
+        lines = path.read_text().split()
+        if not lines or not lines[0].isdigit() or not _pid_alive(int(lines[0])):
+            path.unlink(missing_ok=True)
+            continue
+        nets |= {ipaddress.IPv4Network(n) for n in lines[1:]}
+    return nets
+
+
+class AddressClaim:
+    """Addresses picked for one testbed part, held against every other session until ``release()``."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self.path = CLAIMS_DIR / f"{owner}.claim"
+        self.networks: list[ipaddress.IPv4Network] = []
+
+    def pick(self, within: ipaddress.IPv4Network, prefix: int, count: int) -> list[ipaddress.IPv4Network]:
+        """``count`` free /prefix networks of ``within``: used by neither this host nor another claim."""
+        with _claims_locked():
+            used = used_ipv4() | _others_claims(self.owner) | set(self.networks)
+            picked = pick_free(within, prefix, count, used)
+            self.networks += picked
+            self.path.write_text("\n".join([str(os.getpid()), *map(str, self.networks)]) + "\n")
+        return picked
+
+    def release(self) -> None:
+        with _claims_locked():
+            self.path.unlink(missing_ok=True)
+        self.networks = []
 
 
 class NodeAddresses:

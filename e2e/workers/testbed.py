@@ -99,6 +99,7 @@ class RealWorkers:
         # Short: unix socket paths must stay under 108 bytes.
         self.base = Path(tempfile.mkdtemp(prefix=f"vkbw-{self.tag}-", dir=base_dir))
         self.interface: host.NodeAddresses | None = None
+        self.claim = host.AddressClaim(f"vkbw{self.tag}")
         self.nodes: list[RealNode] = []
         self.timings: dict[str, float] = {}
         self._stopped = False
@@ -111,10 +112,9 @@ class RealWorkers:
 
     def _start(self, timeout: float) -> None:
         t0 = time.monotonic()
-        used = host.used_ipv4()
         count = len(self.node_names)
-        ips = [str(n.network_address) for n in host.pick_free(host.NODE_IP_RANGE, 32, count, used)]
-        subnets = [str(n) for n in host.pick_free(host.POD_NET_RANGE, 24, count, used)]
+        ips = [str(n.network_address) for n in self.claim.pick(host.NODE_IP_RANGE, 32, count)]
+        subnets = [str(n) for n in self.claim.pick(host.POD_NET_RANGE, 24, count)]
         self.interface = host.NodeAddresses(f"vkbw{self.tag}", ips).create()
         images = write_images(self.base / "images") + self.extra_images
         for i, (name, node_ip, subnet) in enumerate(zip(self.node_names, ips, subnets, strict=True)):
@@ -238,6 +238,7 @@ class RealWorkers:
                 cached.unlink(missing_ok=True)
         if self.interface is not None:
             self.interface.remove()
+        self.claim.release()
         if not self._cgroup_parent_existed:
             host.remove_cgroup(CGROUP_PARENT, children=False)  # only if empty: others may use it now
         return problems

@@ -10,6 +10,8 @@ import tarfile
 import tomllib
 from pathlib import Path
 
+from pytest import MonkeyPatch
+
 from e2e.workers import host
 from e2e.workers.containerd import CniNetwork, cni_conflist, config_toml
 from e2e.workers.images import ImageSpec, docker_archive, rootfs_layer
@@ -75,3 +77,27 @@ def test_picked_testbed_addresses_avoid_what_the_host_uses() -> None:
     subnets = host.pick_free(host.POD_NET_RANGE, 24, 1, {ipaddress.IPv4Network("198.19.1.7/32")})
     assert [str(n) for n in subnets] == ["198.19.2.0/24"]
     assert all(n.subnet_of(ipaddress.IPv4Network("198.18.0.0/15")) for n in picked + subnets)
+
+
+def test_address_claims_of_two_sessions_never_overlap(tmp_path: Path, monkeypatch: MonkeyPatch) -> None:
+    # CI runs pytest sessions side by side; a pod subnet is on no interface until its first pod runs.
+    monkeypatch.setattr(host, "CLAIMS_DIR", tmp_path)
+    monkeypatch.setattr(host, "used_ipv4", set)
+    first, second = host.AddressClaim("vkbwaaaa"), host.AddressClaim("vkbwbbbb")
+    a = first.pick(host.POD_NET_RANGE, 24, 2) + first.pick(host.NODE_IP_RANGE, 32, 1)
+    b = second.pick(host.POD_NET_RANGE, 24, 2) + second.pick(host.NODE_IP_RANGE, 32, 1)
+    assert not any(x.overlaps(y) for x in a for y in b)
+    first.release()
+    assert not (tmp_path / "vkbwaaaa.claim").exists()
+    assert host.AddressClaim("vkbwcccc").pick(host.POD_NET_RANGE, 24, 1) == a[:1]  # released: free again
+
+
+def test_address_claim_of_a_dead_process_is_dropped(tmp_path: Path, monkeypatch: MonkeyPatch) -> None:
+    monkeypatch.setattr(host, "CLAIMS_DIR", tmp_path)
+    monkeypatch.setattr(host, "used_ipv4", set)
+    stale = tmp_path / "vkbwdead.claim"
+    stale.write_text(f"{2**22 + 1}\n198.19.1.0/24\n")  # above pid_max's default: no such process
+    assert host.AddressClaim("vkbwlive").pick(host.POD_NET_RANGE, 24, 1)[0] == ipaddress.IPv4Network(
+        "198.19.1.0/24"
+    )
+    assert not stale.exists()
