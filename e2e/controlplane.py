@@ -33,15 +33,15 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import yaml
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPublicKeyTypes
 
 from e2e.binaries import REPO, find_binaries
 from e2e.pki import CertAuthority, Issued, rsa_key_pair, write_pem
+from e2e.procs import LoggedProcess
 from e2e.waiting import wait_until
 
 log = logging.getLogger(__name__)
@@ -79,44 +79,6 @@ def free_port() -> int:
 wait_for = wait_until
 
 
-@dataclass
-class _Process:
-    name: str
-    argv: list[str]
-    log_path: Path
-    popen: subprocess.Popen[bytes] | None = None
-    log_file: IO[bytes] | None = field(default=None, repr=False)
-
-    def start(self) -> None:
-        self.log_file = self.log_path.open("ab")
-        stamp = dt.datetime.now(dt.UTC).isoformat()
-        self.log_file.write(f"=== {stamp} starting: {' '.join(self.argv)}\n".encode())
-        self.log_file.flush()
-        self.popen = subprocess.Popen(
-            self.argv, stdin=subprocess.DEVNULL, stdout=self.log_file, stderr=subprocess.STDOUT
-        )
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.popen is not None:
-            self.popen.send_signal(sig)  # a no-op once the process has exited and been reaped
-
-    def reap(self, deadline: float) -> None:
-        """Wait until deadline, then SIGKILL; always closes the log file."""
-        if self.popen is not None:
-            try:
-                self.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.warning("%s did not stop after SIGTERM; killing it", self.name)
-                self.popen.kill()
-                self.popen.wait()
-        if self.log_file is not None:
-            self.log_file.close()
-            self.log_file = None
-
-
 class ControlPlane:
     """A control plane in a temp dir; ``start()`` it, ``stop()`` it (also at interpreter exit)."""
 
@@ -152,7 +114,7 @@ class ControlPlane:
         self._logs.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._stopped = False
-        self._procs: dict[str, _Process] = {}
+        self._procs: dict[str, LoggedProcess] = {}
         self._write_pki()
         self.admin_kubeconfig = self._client_kubeconfig("admin", ["system:masters"])
         self._ssl_admin = ssl.create_default_context(cadata=self.ca_pem.decode())
@@ -328,14 +290,14 @@ class ControlPlane:
             deadline = time.monotonic() + timeout
             t0 = time.monotonic()
             try:
-                self._start_component("etcd", self._etcd_argv())
+                self._start_component("etcd")
                 self._await("etcd", deadline, self._etcd_healthy)
-                self._start_component("kube-apiserver", self._apiserver_argv())
+                self._start_component("kube-apiserver")
                 self._await("kube-apiserver", deadline, self._apiserver_ready)
                 if crds:
                     self.install_crds(timeout=max(10.0, deadline - time.monotonic()))
-                self._start_component("kube-controller-manager", self._kcm_argv())
-                self._start_component("kube-scheduler", self._scheduler_argv())
+                self._start_component("kube-controller-manager")
+                self._start_component("kube-scheduler")
                 self._await("kube-controller-manager", deadline, lambda: self._healthz(self.kcm_port))
                 self._await("kube-scheduler", deadline, lambda: self._healthz(self.scheduler_port))
             except BaseException:
@@ -364,9 +326,7 @@ class ControlPlane:
         atexit.unregister(self.stop)
         with self._lock:
             for p in self._procs.values():
-                if p.log_file is not None:
-                    p.log_file.close()
-                    p.log_file = None
+                p.close_log()
 
     def __enter__(self) -> ControlPlane:
         return self.start()
@@ -379,10 +339,8 @@ class ControlPlane:
         with self._lock:
             if self._stopped or "kube-apiserver" not in self._procs:
                 raise PlaneError(f"{self.name}: restart_apiserver needs a started plane")
-            proc = self._procs["kube-apiserver"]
-            proc.signal(signal.SIGTERM)
-            proc.reap(time.monotonic() + STOP_GRACE_S)
-            self._start_component("kube-apiserver", proc.argv)
+            self._procs["kube-apiserver"].end(STOP_GRACE_S)
+            self._start_component("kube-apiserver")
             self._await("kube-apiserver", time.monotonic() + timeout, self._apiserver_ready)
 
     def add_serving_ip(self, ip: str, timeout: float = 20) -> None:
@@ -477,9 +435,16 @@ class ControlPlane:
 
     # ---- internals ---------------------------------------------------------------------------------
 
-    def _start_component(self, name: str, argv: list[str]) -> None:
-        argv = argv + self.extra_args.get(name, [])
-        proc = _Process(name, argv, self._logs / f"{name}.log")
+    def _start_component(self, name: str) -> None:
+        """Its binary, its flags, then the plane's extra ones for it (last, so they win)."""
+        flags: dict[str, Callable[[], list[str]]] = {
+            "etcd": self._etcd_flags,
+            "kube-apiserver": self._apiserver_flags,
+            "kube-controller-manager": self._kcm_flags,
+            "kube-scheduler": lambda: self._component_common("kube-scheduler", self.scheduler_port),
+        }
+        argv = [str(self.bin[name]), *flags[name](), *self.extra_args.get(name, [])]
+        proc = LoggedProcess(name, argv, self._logs / f"{name}.log")
         self._procs[name] = proc
         proc.start()
 
@@ -508,8 +473,7 @@ class ControlPlane:
         for p in clients:
             p.reap(deadline)
         if "etcd" in self._procs:
-            self._procs["etcd"].signal(signal.SIGTERM)
-            self._procs["etcd"].reap(time.monotonic() + STOP_GRACE_S)
+            self._procs["etcd"].end(STOP_GRACE_S)
 
     def _get(self, url: str, ctx: ssl.SSLContext | None) -> bool:
         try:
@@ -527,10 +491,9 @@ class ControlPlane:
     def _healthz(self, port: int) -> bool:
         return self._get(f"https://{self.ip}:{port}/healthz", self._ssl_anon)
 
-    def _etcd_argv(self) -> list[str]:
+    def _etcd_flags(self) -> list[str]:
         peer = f"http://{self.ip}:{self._etcd_peer_port}"
         return [
-            str(self.bin["etcd"]),
             f"--name={self.name}",
             f"--data-dir={self.base_dir / 'etcd'}",
             f"--listen-client-urls={self.etcd_url}",
@@ -541,10 +504,9 @@ class ControlPlane:
             "--unsafe-no-fsync=true",
         ]
 
-    def _apiserver_argv(self) -> list[str]:
+    def _apiserver_flags(self) -> list[str]:
         pki = self._pki
         return [
-            str(self.bin["kube-apiserver"]),
             f"--etcd-servers={self.etcd_url}",
             *self._serving_flags(self.port, "apiserver"),
             f"--advertise-address={self.ip}",
@@ -584,26 +546,18 @@ class ControlPlane:
         orgs = ["system:masters"] if comp == "kube-controller-manager" else []
         kubeconfig = self._client_kubeconfig(f"system:{comp}", orgs, stem=comp)
         return [
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
+            *kubeconfig_flags(kubeconfig),
             *self._serving_flags(port, f"{comp}-serving"),
             "--leader-elect=false",
         ]
 
     def _serving_flags(self, port: int, pem_stem: str) -> list[str]:
-        """How a component serves HTTPS: on the plane's IP, with its plane-CA pair pki/<pem_stem>.crt|key."""
-        return [
-            f"--bind-address={self.ip}",
-            f"--secure-port={port}",
-            f"--tls-cert-file={self._pki / f'{pem_stem}.crt'}",
-            f"--tls-private-key-file={self._pki / f'{pem_stem}.key'}",
-        ]
+        """On the plane's IP, with the component's plane-CA pair pki/<pem_stem>.crt|key."""
+        return serving_flags(self.ip, port, self._pki / f"{pem_stem}.crt", self._pki / f"{pem_stem}.key")
 
-    def _kcm_argv(self) -> list[str]:
+    def _kcm_flags(self) -> list[str]:
         pki = self._pki
         return [
-            str(self.bin["kube-controller-manager"]),
             *self._component_common("kube-controller-manager", self.kcm_port),
             "--controllers=*",
             f"--node-monitor-grace-period={self.grace}",
@@ -620,11 +574,24 @@ class ControlPlane:
             "--horizontal-pod-autoscaler-initial-readiness-delay=5s",
         ]
 
-    def _scheduler_argv(self) -> list[str]:
-        return [
-            str(self.bin["kube-scheduler"]),
-            *self._component_common("kube-scheduler", self.scheduler_port),
-        ]
+
+def kubeconfig_flags(kubeconfig: Path) -> list[str]:
+    """A component's one identity toward the plane: for its own calls and for delegated authn/authz."""
+    return [
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+    ]
+
+
+def serving_flags(ip: str, port: int, cert: Path, key: Path) -> list[str]:
+    """How a Kubernetes component (the generic API server's flags) serves HTTPS."""
+    return [
+        f"--bind-address={ip}",
+        f"--secure-port={port}",
+        f"--tls-cert-file={cert}",
+        f"--tls-private-key-file={key}",
+    ]
 
 
 def crd_source() -> Path:

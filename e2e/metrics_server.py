@@ -15,14 +15,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
-import subprocess
 import uuid
-from typing import IO, Any
+from typing import Any
 
 from e2e.binaries import find_binaries
-from e2e.controlplane import ControlPlane, free_port
+from e2e.controlplane import ControlPlane, free_port, kubeconfig_flags, serving_flags
 from e2e.pki import write_pem
-from e2e.procs import end_process, log_tail, start_or_stop
+from e2e.procs import LoggedProcess, log_tail, start_or_stop
 from e2e.waiting import wait_until
 from e2e.workers.host import NODE_IP_RANGE, AddressClaim, NodeAddresses
 
@@ -43,8 +42,7 @@ class MetricsServer:
         self.addr: NodeAddresses | None = None
         self.claim: AddressClaim | None = None
         self.ip = ""
-        self.popen: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
+        self.proc: LoggedProcess | None = None
         self._created: list[str] = []
 
     def start(self, timeout: float = 90) -> MetricsServer:
@@ -67,21 +65,16 @@ class MetricsServer:
         kubeconfig = self.plane.write_kubeconfig(self.dir / "kubeconfig", cert_pem, key_pem)
         argv = [
             str(self.bin),
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            f"--bind-address={self.ip}",
-            f"--secure-port={self.port}",
-            f"--tls-cert-file={crt}",
-            f"--tls-private-key-file={key}",
+            *kubeconfig_flags(kubeconfig),
+            *serving_flags(self.ip, self.port, crt, key),
             f"--kubelet-certificate-authority={ca}",
             "--kubelet-preferred-address-types=InternalIP",
             "--kubelet-use-node-status-port",
             f"--metric-resolution={self.resolution_s}s",
             "--kubelet-request-timeout=5s",  # must be below the resolution
         ]
-        self._log = (self.dir / "metrics-server.log").open("wb")
-        self.popen = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = LoggedProcess(NAME, argv, self.dir / "metrics-server.log")
+        self.proc.start()
         self._register()
         wait_until(self._available, timeout, f"{self.plane.name}: APIService {GROUP_VERSION} Available", 1.0)
         log.info("%s: metrics-server at %s:%d", self.plane.name, self.ip, self.port)
@@ -112,8 +105,8 @@ class MetricsServer:
                    "spec": spec}, "the APIService")  # fmt: skip
 
     def _available(self) -> bool:
-        if self.popen is not None and self.popen.poll() is not None:
-            raise RuntimeError(f"metrics-server exited with {self.popen.returncode}:\n{self.log_tail()}")
+        if self.proc is not None and self.proc.popen is not None and not self.proc.alive():
+            raise RuntimeError(f"metrics-server exited with {self.proc.popen.returncode}:\n{self.log_tail()}")
         status, got = self.plane.api("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{GROUP_VERSION}")
         conds = (got.get("status") or {}).get("conditions") or [] if status == 200 else []
         return any(c.get("type") == "Available" and c.get("status") == "True" for c in conds)
@@ -123,12 +116,9 @@ class MetricsServer:
 
     def stop(self) -> None:
         """End the process (TERM, then KILL), delete what was created (newest first), remove the address."""
-        if self.popen is not None:
-            end_process(self.popen, 10)
-        self.popen = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        if self.proc is not None:
+            self.proc.end(10)
+        self.proc = None
         for path in reversed(self._created):
             with contextlib.suppress(OSError):
                 self.plane.api("DELETE", path)

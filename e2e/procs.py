@@ -6,11 +6,15 @@ Free of product code: the fake kubelet's launcher uses it too (import-linter con
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import signal
 import subprocess
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 log = logging.getLogger(__name__)
 
@@ -49,3 +53,52 @@ def start_or_stop(start: Callable[[], object], stop: Callable[[], object]) -> No
     except BaseException:
         stop()
         raise
+
+
+@dataclass
+class LoggedProcess:
+    """A child whose output goes to its own log file, appended and stamped at each start, so a restarted
+    component's log keeps what came before; the file is closed when the child is reaped."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    popen: subprocess.Popen[bytes] | None = None
+    log_file: IO[bytes] | None = field(default=None, repr=False)
+
+    def start(self) -> None:
+        self.log_file = self.log_path.open("ab")
+        stamp = dt.datetime.now(dt.UTC).isoformat()
+        self.log_file.write(f"=== {stamp} starting: {' '.join(self.argv)}\n".encode())
+        self.log_file.flush()
+        self.popen = subprocess.Popen(
+            self.argv, stdin=subprocess.DEVNULL, stdout=self.log_file, stderr=subprocess.STDOUT
+        )
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.popen is not None:
+            self.popen.send_signal(sig)  # a no-op once the process has exited and been reaped
+
+    def reap(self, deadline: float) -> None:
+        """Wait until deadline (several signalled children share one), then SIGKILL; closes the log."""
+        if self.popen is not None:
+            try:
+                self.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop after SIGTERM; killing it", self.name)
+                self.popen.kill()
+                self.popen.wait()
+        self.close_log()
+
+    def end(self, grace: float) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds; closes the log."""
+        self.signal(signal.SIGTERM)
+        self.reap(time.monotonic() + grace)
+
+    def close_log(self) -> None:
+        if self.log_file is not None:
+            self.log_file.close()
+            self.log_file = None

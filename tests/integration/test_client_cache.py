@@ -21,6 +21,7 @@ from e2e.fixtures_planes import FreshNs
 from e2e.tunnel import TunnelProxy
 from tests.support.certs import self_signed
 from vkbridge.kube import client as client_module
+from vkbridge.kube import tokensource
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import (
     CONFIGMAPS,
@@ -420,7 +421,7 @@ async def test_token_file_is_reread(
         assert (await whoami(client))["username"] == f"system:serviceaccount:{ns}:first"
         token_file.write_text(tokens[1])  # a projected token rotates in place
         assert (await whoami(client))["username"] == f"system:serviceaccount:{ns}:first"  # cached for a while
-        monkeypatch.setattr(client_module, "TOKEN_REFRESH_SECONDS", 0.0)
+        monkeypatch.setattr(tokensource, "TOKEN_REFRESH_SECONDS", 0.0)
         assert (await whoami(client))["username"] == f"system:serviceaccount:{ns}:second"
 
 

@@ -18,7 +18,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any, Final
+from typing import Any, Final, Unpack
 
 import aiohttp
 import orjson
@@ -28,7 +28,7 @@ from vkbridge.kube.errors import StreamEnded, error_from, transport_error, watch
 from vkbridge.kube.errors import TransportError as TransportError
 from vkbridge.kube.errors import WatchExpired as WatchExpired
 from vkbridge.kube.errors import is_transport_failure as is_transport_failure
-from vkbridge.kube.kubeconfig import Credentials, KubeconfigError, read_token, ssl_context
+from vkbridge.kube.kubeconfig import Credentials, ssl_context
 from vkbridge.kube.ratelimit import TokenBucket
 from vkbridge.kube.requestmetrics import APPLY_PATCH as APPLY_PATCH
 from vkbridge.kube.requestmetrics import Params, RequestCounter, RequestMetrics
@@ -50,11 +50,12 @@ from vkbridge.kube.resources import SUBJECTACCESSREVIEWS as SUBJECTACCESSREVIEWS
 from vkbridge.kube.resources import TOKENREVIEWS as TOKENREVIEWS
 from vkbridge.kube.resources import VIRTUALNODES as VIRTUALNODES
 from vkbridge.kube.resources import Resource as Resource
+from vkbridge.kube.tokensource import TokenSource
 from vkbridge.kube.verbs import JSON as JSON
 from vkbridge.kube.verbs import JSON_PATCH as JSON_PATCH
 from vkbridge.kube.verbs import MERGE_PATCH as MERGE_PATCH
 from vkbridge.kube.verbs import STRATEGIC_MERGE_PATCH as STRATEGIC_MERGE_PATCH
-from vkbridge.kube.verbs import Body, Obj, ResourceVerbs
+from vkbridge.kube.verbs import Obj, RequestOptions, ResourceVerbs
 from vkbridge.logs import get_logger
 
 # orjson: 3-4x faster than json on watch streams (the hottest path under load), and it shares dict keys
@@ -68,7 +69,6 @@ CONNECT_TIMEOUT: Final = 15.0
 PING_CONNECT_FACTOR: Final = 3.0
 WATCH_OPENED: Final = "vkbridge.io/WatchOpened"  # see KubeClient.watch(announce_open=True)
 WATCH_READ_SLACK: Final = 15.0
-TOKEN_REFRESH_SECONDS: Final = 60.0
 READ_BUFSIZE: Final = 2**21
 _ERROR_BODY_LIMIT: Final = 64 * 1024
 
@@ -129,8 +129,7 @@ class KubeClient(ResourceVerbs):
         self._limiter = TokenBucket(qps, burst)
         self._req: aiohttp.ClientSession | None = None
         self._watch: aiohttp.ClientSession | None = None
-        self._token: str | None = creds.token
-        self._token_read_at = time.monotonic()
+        self._tokens = TokenSource(creds, name)
         self._closed = False
         self._inflight: Counter[aiohttp.ClientSession] = Counter()
         self._live_streams: set[aiohttp.ClientResponse] = set()
@@ -186,8 +185,7 @@ class KubeClient(ResourceVerbs):
         old_req, old_watch = self._req, self._watch
         self._creds = creds
         self._ssl = ctx
-        self._token = creds.token
-        self._token_read_at = time.monotonic()
+        self._tokens = TokenSource(creds, self.name)
         self._req = self._watch = None
         self.generation += 1
         log.info("client credentials swapped", client=self.name, credentials=creds)
@@ -269,18 +267,6 @@ class KubeClient(ResourceVerbs):
             )
         return self._req, self._watch
 
-    async def _headers(self) -> dict[str, str]:
-        creds = self._creds
-        if creds.token_file is not None and time.monotonic() - self._token_read_at > TOKEN_REFRESH_SECONDS:
-            self._token_read_at = time.monotonic()
-            try:
-                self._token = await asyncio.to_thread(read_token, creds.token_file)
-            except KubeconfigError as exc:
-                log.warning("keeping the previous token", client=self.name, error=exc)
-        if self._token:
-            return {"Authorization": f"Bearer {self._token}"}
-        return {}
-
     def _conn_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {}
         if self._creds.proxy_url:
@@ -291,23 +277,18 @@ class KubeClient(ResourceVerbs):
 
     # -- core
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Params | None = None,
-        body: Body | None = None,
-        content_type: str | None = None,
-        timeout: float | None = None,
-    ) -> Obj:
+    async def request(self, method: str, path: str, **options: Unpack[RequestOptions]) -> Obj:
         """One JSON request. PATCH defaults to merge-patch; SSA is ``content_type=APPLY_PATCH``."""
+        params = options.get("params")
+        body = options.get("body")
+        content_type = options.get("content_type")
+        timeout = options.get("timeout")
         method = method.upper()
         key = classify(method, path, params, content_type)
         self.stats[key] += 1
         await self._limiter.acquire()
         req_session, _ = self._sessions()
-        headers = await self._headers()
+        headers = await self._tokens.auth_headers()
         data: bytes | None = None
         if body is not None:
             headers["Content-Type"] = content_type or (MERGE_PATCH if method == "PATCH" else JSON)
@@ -384,7 +365,7 @@ class KubeClient(ResourceVerbs):
         flight = _Flight(classify("GET", path, None))
         self.stats[flight.key] += 1
         req_session, _ = self._sessions()
-        headers = await self._headers()
+        headers = await self._tokens.auth_headers()
         tmo = aiohttp.ClientTimeout(total=None, sock_connect=PING_CONNECT_FACTOR * timeout, sock_read=timeout)
         try:
             async with (
@@ -434,7 +415,7 @@ class KubeClient(ResourceVerbs):
         flight = _Flight(("watch", resource.plural))  # abandonable while it opens; once open, a live stream
         self.stats[flight.key] += 1
         _, watch_session = self._sessions()
-        headers = await self._headers()
+        headers = await self._tokens.auth_headers()
         tmo = aiohttp.ClientTimeout(
             total=None, sock_connect=CONNECT_TIMEOUT, sock_read=timeout_seconds + WATCH_READ_SLACK
         )
@@ -486,7 +467,7 @@ class KubeClient(ResourceVerbs):
         self.stats[key] += 1
         await self._limiter.acquire()
         _, watch_session = self._sessions()
-        headers = await self._headers()
+        headers = await self._tokens.auth_headers()
         tmo = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT, sock_read=timeout)
         try:
             resp = await watch_session.request(

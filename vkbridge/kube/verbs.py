@@ -74,8 +74,7 @@ class ResourceVerbs:
         field_manager: str | None = None,
     ) -> Obj:
         """POST; for subresources (``eviction``, ``token``) pass the parent ``name``."""
-        ns = namespace if namespace is not None else _ns_of(resource, body)
-        path = resource.path(ns, name, subresource)
+        path = _path_of(resource, body, namespace, subresource, name)
         return await self.request("POST", path, body=body, params={"fieldManager": field_manager})
 
     async def replace(
@@ -88,8 +87,7 @@ class ResourceVerbs:
         field_manager: str | None = None,
     ) -> Obj:
         """PUT the whole object; its metadata.resourceVersion makes it an optimistic-concurrency update."""
-        ns = namespace if namespace is not None else _ns_of(resource, body)
-        path = resource.path(ns, body["metadata"]["name"], subresource)
+        path = _path_of(resource, body, namespace, subresource, body["metadata"]["name"])
         return await self.request("PUT", path, body=body, params={"fieldManager": field_manager})
 
     async def patch(
@@ -119,8 +117,7 @@ class ResourceVerbs:
         subresource: str | None = None,
     ) -> Obj:
         """Server-side apply of a partial object that names apiVersion, kind and metadata.name."""
-        ns = namespace if namespace is not None else _ns_of(resource, body)
-        path = resource.path(ns, body["metadata"]["name"], subresource)
+        path = _path_of(resource, body, namespace, subresource, body["metadata"]["name"])
         return await self.request(
             "PATCH",
             path,
@@ -156,10 +153,12 @@ class ResourceVerbs:
         return await self.request("DELETE", resource.path(namespace, name), body=opts, content_type=JSON)
 
 
-def _ns_of(resource: Resource, body: Obj) -> str | None:
-    if not resource.namespaced:
-        return None
-    ns = body.get("metadata", {}).get("namespace")
-    if not isinstance(ns, str) or not ns:
-        raise ValueError(f"{resource.plural}: namespace missing (argument or metadata.namespace)")
-    return ns
+def _path_of(
+    resource: Resource, body: Obj, namespace: str | None, subresource: str | None, name: str | None
+) -> str:
+    """Where a write of ``body`` goes: in ``namespace``, else in the body's own metadata.namespace."""
+    if namespace is None and resource.namespaced:
+        namespace = body.get("metadata", {}).get("namespace")
+        if not isinstance(namespace, str) or not namespace:
+            raise ValueError(f"{resource.plural}: namespace missing (argument or metadata.namespace)")
+    return resource.path(namespace, name, subresource)

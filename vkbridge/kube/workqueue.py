@@ -79,12 +79,8 @@ class WorkQueue(Generic[K]):
     # -- introspection (metrics) ------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        """Keys queued and ready (not the ones being processed or waiting on a timer)."""
-        return len(self._queue)
-
-    @property
-    def depth(self) -> int:
-        """Same as ``len(queue)``; the depth metric also counts a key re-added while processed (client-go)."""
+        """Keys queued and ready (not the ones being processed or waiting on a timer); the depth metric
+        also counts a key re-added while it is processed, as client-go's does."""
         return len(self._queue)
 
     @property

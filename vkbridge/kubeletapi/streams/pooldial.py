@@ -3,7 +3,7 @@
 Why not through KubeClient: streams need an upgraded connection. The identity is read from
 ``pool.credentials`` at every dial, so a hot-swapped certificate or server is used by the next exec
 (running ones keep theirs, as client-go's do). TLS is always verified; a token file is re-read at
-most once a minute, like KubeClient does.
+most once a minute, by the same ``TokenSource`` as KubeClient's.
 
 WebSocket ``v5.channel.k8s.io`` is tried first; when the pool answers 403 (Liqo's pool-side role
 grants ``create`` on ``pods/exec`` but not the ``get`` a WebSocket GET needs) we use SPDY/3.1 POST,
@@ -13,7 +13,6 @@ as Liqo's virtual kubelet does, and keep doing so for a while without asking aga
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +21,8 @@ from typing import Final
 import aiohttp
 
 from vkbridge.kube.client import KubeClient
-from vkbridge.kube.kubeconfig import Credentials, KubeconfigError, read_token, ssl_context
+from vkbridge.kube.kubeconfig import Credentials, ssl_context
+from vkbridge.kube.tokensource import TokenSource
 from vkbridge.kubeletapi.streams.channels import SPDY_PROTOCOLS, V4, V5, StreamOptions
 from vkbridge.kubeletapi.streams.poolstream import DialError, PoolStream, WsPoolStream
 from vkbridge.kubeletapi.streams.spdyclient import spdy_dial
@@ -34,7 +34,6 @@ log = get_logger("vkbridge.kubeletapi.pooldial")
 
 DIAL_TIMEOUT: Final = 30.0
 HEARTBEAT: Final = 30.0
-TOKEN_REFRESH_SECONDS: Final = 60.0
 WS_FORBIDDEN_MEMORY: Final = 600.0
 GENERIC_REFUSAL: Final = "the pool API server refused the stream"
 
@@ -55,8 +54,7 @@ class PoolDialer:
         self._session: aiohttp.ClientSession | None = None
         self._creds: Credentials | None = None
         self._ssl: ssl.SSLContext | None = None
-        self._token: str | None = None
-        self._token_read_at = 0.0
+        self._tokens = TokenSource(pool.credentials, "pool streams", clock)  # renewed with each identity
         self._ws_forbidden_until = 0.0
         self.dials: dict[str, int] = {"websocket": 0, "spdy": 0}
 
@@ -69,31 +67,23 @@ class PoolDialer:
         if creds is not self._creds or self._ssl is None:
             self._ssl = ssl_context(creds)
             self._creds = creds
-            self._token = creds.token
-            self._token_read_at = self._clock()
+            self._tokens = TokenSource(creds, "pool streams", self._clock)
             self._ws_forbidden_until = 0.0  # a new identity may have other rights
         return self._ssl
 
-    async def _headers(self, creds: Credentials) -> dict[str, str]:
-        if creds.token_file is not None and self._clock() - self._token_read_at > TOKEN_REFRESH_SECONDS:
-            self._token_read_at = self._clock()
-            with contextlib.suppress(KubeconfigError):  # keep the previous token if unreadable
-                self._token = await asyncio.to_thread(read_token, creds.token_file)
-        headers = {"User-Agent": self._user_agent}
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
-        return headers
+    async def _headers(self) -> dict[str, str]:
+        return {"User-Agent": self._user_agent, **await self._tokens.auth_headers()}
 
     async def identity(self) -> tuple[Credentials, ssl.SSLContext, dict[str, str]]:
         """The pool's credentials, TLS context and auth headers for one dial (port-forward's too)."""
         creds = self._pool.credentials
-        return creds, self._context(creds), await self._headers(creds)
+        return creds, self._context(creds), await self._headers()
 
     async def open(self, path: str, params: Sequence[tuple[str, str]], opts: StreamOptions) -> PoolStream:
         """An open session; DialError with the HTTP status to show the user when it cannot be had."""
         creds = self._pool.credentials
         ctx = self._context(creds)
-        headers = await self._headers(creds)
+        headers = await self._headers()
         if self._clock() >= self._ws_forbidden_until:
             try:
                 return await self._ws(creds, ctx, headers, path, params)
