@@ -25,7 +25,9 @@ lint-imports || status=1
 # One pytest session; exit 5 (nothing collected) is a failure here.
 # --durations: the slowest tests of each session in the log, where CI time goes (issue 16).
 run_pytest() {
-  "${PYTHON:-python3}" -m pytest --durations=25 --durations-min=5 "$@"
+  # In the background and waited for, so a trapped TERM reaches this script while pytest runs.
+  "${PYTHON:-python3}" -m pytest --durations=25 --durations-min=5 "$@" &
+  wait "$!"
   local rc=$?
   if [ "$rc" -eq 5 ]; then
     echo "pytest collected no tests: that is a failure here"
@@ -34,14 +36,17 @@ run_pytest() {
   [ "$rc" -eq 0 ] || status=1
 }
 
+# Ctrl-C or TERM to this script ends the pytest session it runs (in the background, see run_pytest).
+trap 'pkill -TERM -P $$; wait; exit 143' TERM INT
+
 if [ "$#" -gt 0 ]; then
   step "pytest $*"
   run_pytest "$@"
 else
   # The whole run (CI's) is four pytest sessions in two lanes side by side: their time is waits (outages,
   # certificate expiry, recoveries), not CPU, and each session has its own planes, workers and addresses
-  # (e2e/workers/host.py AddressClaim keeps two sessions' testbed networks apart). Lane A streams here;
-  # lane B's log is printed whole when both are done.
+  # (e2e/workers/host.py AddressClaim keeps two sessions' testbed networks apart). Lane A (unit,
+  # integration, image) streams here; lane B's (resilience, differential) is printed whole when both end.
   lanes=$(mktemp -d)
   (
     status=0
@@ -49,21 +54,21 @@ else
     # their own.
     step "pytest: resilience scenarios"
     run_pytest tests/resilience -m resilience
-    # Builds the image (hack/image.sh: own dockerd, debootstrap base) and runs it as the pod of deploy/ on
-    # a real consumer kubelet; it owns the node's Lease, so it cannot share a session with the others.
-    step "pytest: vkbridge from its image as the pod of deploy/"
-    run_pytest tests/integration/test_image_as_pod.py -m shipping
     # The same scenarios against Liqo's own VK and vkbridge, differences exactly docs/compatibility.md.
     step "pytest: differential suite (Liqo v1.2's VK as oracle)"
     run_pytest tests/differential -m differential
     echo "$status" >"$lanes/b.rc"
   ) >"$lanes/b.log" 2>&1 &
   lane_b=$!
-  # A signal to this script ends lane B's pytest too (its conftest tears the planes down on TERM).
-  trap 'pkill -TERM -P "$lane_b" 2>/dev/null; wait "$lane_b"; exit 143' TERM INT
+  # A signal to this script ends both lanes' pytest sessions (their conftest tears the planes down on TERM).
+  trap 'pkill -TERM -P "$lane_b"; pkill -TERM -P $$; wait; exit 143' TERM INT
   t0=$SECONDS
-  step "pytest: unit and integration (lane A; lane B runs resilience, image, differential meanwhile)"
+  step "pytest: unit and integration (lane A; lane B runs resilience and differential meanwhile)"
   run_pytest
+  # Builds the image (hack/image.sh: own dockerd, debootstrap base) and runs it as the pod of deploy/ on
+  # a real consumer kubelet; it owns the node's Lease, so it cannot share a session with the others.
+  step "pytest: vkbridge from its image as the pod of deploy/"
+  run_pytest tests/integration/test_image_as_pod.py -m shipping
   echo "lane A done in $((SECONDS - t0)) s"
   wait "$lane_b"
   trap - TERM INT
