@@ -323,6 +323,15 @@ class KubeletServer:
             return f'pods "{pod}" with UID {uid} not found on node {self.node_name}'
         return None
 
+    def _pool_namespace(self, namespace: str, pod: str, uid: str = "") -> str:
+        """The pool namespace of a pod bound to us; DialError 404 for another pod or one not reflected."""
+        if (unknown := self._unknown_pod(namespace, pod, uid)) is not None:
+            raise DialError(404, unknown)  # the kubelet looks the pod up first
+        remote = self._remote_namespace(namespace)
+        if remote is None:
+            raise DialError(404, not_reflected(namespace, pod))
+        return remote
+
     async def _summary(self, request: web.Request) -> web.Response:
         return web.json_response(await self._stats.summary())
 
@@ -346,19 +355,15 @@ class KubeletServer:
         route = stream_route(request.path)
         if route is None:
             return web.Response(status=404, text=_NOT_FOUND)
-        if (unknown := self._unknown_pod(route.namespace, route.pod, route.uid)) is not None:
-            return web.Response(status=404, text=unknown + "\n")  # the kubelet looks the pod up first
-        if self._remote_namespace(route.namespace) is None:
-            return web.Response(status=404, text=not_reflected(route.namespace, route.pod) + "\n")
+        try:
+            self._pool_namespace(route.namespace, route.pod, route.uid)
+        except DialError as exc:
+            return web.Response(status=exc.status, text=exc.message + "\n")
         return await pfserve.websocket(request, route, self._pool_port_forward)
 
     async def _pool_port_forward(self, route: StreamRoute) -> PoolPortForward:
         """The pool's ``pods/portforward`` of a pod bound to us; DialError with the HTTP answer."""
-        if (unknown := self._unknown_pod(route.namespace, route.pod, route.uid)) is not None:
-            raise DialError(404, unknown)
-        remote = self._remote_namespace(route.namespace)
-        if remote is None:
-            raise DialError(404, not_reflected(route.namespace, route.pod))
+        remote = self._pool_namespace(route.namespace, route.pod, route.uid)
         return await PoolPortForward.dial(self._dialer, PODS.path(remote, route.pod, "portforward"))
 
     async def _spdy_port_forward(
@@ -391,11 +396,10 @@ class KubeletServer:
 
     async def _container_logs(self, request: web.Request) -> web.StreamResponse:
         ns, pod = request.match_info["ns"], request.match_info["pod"]
-        if (unknown := self._unknown_pod(ns, pod)) is not None:
-            return web.Response(status=404, text=unknown)
-        remote = self._remote_namespace(ns)
-        if remote is None:
-            return web.Response(status=404, text=not_reflected(ns, pod))
+        try:
+            remote = self._pool_namespace(ns, pod)
+        except DialError as exc:
+            return web.Response(status=exc.status, text=exc.message)
         params: dict[str, str] = {"container": request.match_info["container"]}
         params.update({k: request.query[k] for k in LOG_PARAMS if k in request.query})
         if "tail" in request.query and "tailLines" not in params and request.query["tail"] != "all":
