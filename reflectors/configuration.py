@@ -97,8 +97,6 @@ class ConfigurationReflector(PairReflector[ConfigPair]):
         on_object_ready: ObjectReady | None = None,
         secret_policy: str = c.POLICY_DENY_LIST,
         configmap_policy: str = c.POLICY_DENY_LIST,
-        labels_not_reflected: Collection[str] = (),
-        annotations_not_reflected: Collection[str] = (),
         inactivity_timeout: float = 60.0,
     ) -> None:
         super().__init__()
@@ -107,8 +105,6 @@ class ConfigurationReflector(PairReflector[ConfigPair]):
         self.local_pods = local_pods
         self.on_object_ready: ObjectReady = on_object_ready or (lambda _keys: None)
         self.policies: dict[str, str] = {SECRET: secret_policy, CONFIGMAP: configmap_policy}
-        self.labels_not_reflected = tuple(labels_not_reflected)
-        self.annotations_not_reflected = tuple(annotations_not_reflected)
         self.inactivity_timeout = inactivity_timeout
         self.index = RefIndex()
         self.queue: WorkQueue[str] = WorkQueue(
@@ -466,14 +462,17 @@ class ConfigurationReflector(PairReflector[ConfigPair]):
     # ------------------------------------------------------------------------------------------ helpers
 
     def _forge(self, pair: ConfigPair, kind: str, local: Mapping[str, Any]) -> dict[str, Any]:
+        # The VirtualNode's offloadingPatch filters these copies' labels and annotations as it does the
+        # ShadowPod's (Liqo's ForgingOpts serve every reflector).
+        patch = self.ctx.offloading_patch() or {}
         return forge_remote_copy(
             kind,
             local,
             remote_ns=pair.remote,
             local_id=self.ctx.local_cluster_id,
             remote_id=self.ctx.remote_cluster_id,
-            labels_not_reflected=self.labels_not_reflected,
-            annotations_not_reflected=self.annotations_not_reflected,
+            labels_not_reflected=patch.get("labelsNotReflected") or (),
+            annotations_not_reflected=patch.get("annotationsNotReflected") or (),
             node_name=self.ctx.node_name,
         )
 

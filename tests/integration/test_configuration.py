@@ -386,3 +386,35 @@ def test_local_configmap_named_like_the_renamed_root_ca_is_refused_and_never_ove
     assert offload.shadow("clash") is None
     remote_ca = remote_configmap(offload, reserved)
     assert remote_ca is not None and remote_ca["data"] == local_ca["data"]
+
+
+def test_offloading_patch_filters_the_labels_and_annotations_of_the_copies(offload: Offload) -> None:
+    # Liqo's ForgingOpts (the VirtualNode's offloadingPatch) serve every reflector, not only the ShadowPod's.
+    bundle = offload.bundle
+    vn = f"/apis/offloading.liqo.io/v1beta1/namespaces/{bundle.tenant_ns}/virtualnodes/{bundle.slug}"
+    merge = "application/merge-patch+json"
+    patch = {"labelsNotReflected": ["internal"], "annotationsNotReflected": ["lb.example.com/pool"]}
+    must(offload.consumer, "PATCH", vn, {"spec": {"offloadingPatch": patch}}, content_type=merge)
+    try:
+        # A ShadowPod forged without the label shows vkbridge has read the patch.
+        probe = offload.pod("probe")
+        probe["metadata"]["labels"] = {"internal": "yes"}
+        offload.post(probe)
+        wait_until(lambda: "internal" not in ((offload.shadow("probe") or {"metadata": {"labels": {"internal": 1}}})
+                   ["metadata"].get("labels") or {}), 30, "the probe's ShadowPod without the label")  # fmt: skip
+        cm = configmap("app-config", {"k": "v"})
+        cm["metadata"]["labels"] = {"internal": "yes", "app": "a"}
+        cm["metadata"]["annotations"] = {"lb.example.com/pool": "blue", "note": "kept"}
+        must(offload.consumer, "POST", configmap_path(offload.ns), cm)
+        offload.post(with_refs(offload.pod("app"), volume_configmaps=("app-config",)))
+        offload.wait_running("app")
+        remote = remote_configmap(offload, "app-config")
+        assert remote is not None
+        labels, annotations = (
+            remote["metadata"].get("labels") or {},
+            remote["metadata"].get("annotations") or {},
+        )
+        assert labels.get("app") == "a" and "internal" not in labels
+        assert annotations.get("note") == "kept" and "lb.example.com/pool" not in annotations
+    finally:
+        must(offload.consumer, "PATCH", vn, {"spec": {"offloadingPatch": None}}, content_type=merge)
