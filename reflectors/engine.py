@@ -334,9 +334,10 @@ class ReflectionEngine:
                 if not self.ctx.reach.connected:
                     self.parked.add(key)
                 return None  # queued again by _when_synced
-            local = self.local_pods.get(key)
-            if pair.phase != "Accepted" and local is not None and not fp.is_terminating(local):
-                return None  # the pool is removing this namespace: send nothing new, abort nothing
+            if pair.phase != "Accepted":  # read the pod only then: each read of a compact cache decodes it
+                local = self.local_pods.get(key)
+                if local is not None and not fp.is_terminating(local):
+                    return None  # the pool is removing this namespace: send nothing new, abort nothing
             return await self.pods.handle(key, pair)  # new admissions wait on _admission_gate
         except PoolUnavailable as err:
             if self.ctx.reach.connected:

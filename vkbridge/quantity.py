@@ -16,6 +16,7 @@ the same value.
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 from typing import Final
@@ -159,7 +160,24 @@ def _decimal(sig: int, exp10: int, original: str) -> Fraction:
 
 
 def parse_quantity(s: str) -> Fraction:
-    """Parse a quantity exactly as apimachinery's ParseQuantity does; QuantityError where it refuses."""
+    """Parse a quantity exactly as apimachinery's ParseQuantity does; QuantityError where it refuses.
+
+    Memoized for short strings: the grant parses every container's requests on each admission, from a
+    handful of distinct values, and a Fraction is immutable (errors are not memoized)."""
+    if isinstance(s, str) and len(s) <= _MEMO_MAX_LEN:
+        return _parse_memo(s)
+    return _parse_checked(s)
+
+
+_MEMO_MAX_LEN: Final = 64
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_memo(s: str) -> Fraction:
+    return _parse_checked(s)
+
+
+def _parse_checked(s: str) -> Fraction:
     try:
         return _parse(s)
     except QuantityError:

@@ -7,10 +7,11 @@ import binascii
 import contextlib
 import copy
 import hashlib
-import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
+
+import orjson
 
 from reflectors.forge import constants as c
 from reflectors.forge.labels import reflected_annotations, reflected_labels
@@ -206,7 +207,9 @@ def missing_message(missing: Iterable[str]) -> str:
 
 def fingerprint(body: Mapping[str, Any]) -> str:
     """What a forged copy holds, hashed: our last write is recognised without keeping (Secret) data."""
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return hashlib.sha256(
+        orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    ).hexdigest()
 
 
 def _contains(have: Mapping[str, Any] | None, want: Mapping[str, Any] | None) -> bool:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 from datetime import datetime
 
 from reflectors.forge import constants as c
+from reflectors.forge.jsoncopy import json_copy
 from reflectors.forge.labels import filter_keys, reflected_labels
 from reflectors.forge.pods import (
     KubeObj,
@@ -109,7 +109,7 @@ def forge_local_event(
     }
     for field in COPIED_FIELDS:
         if remote_event.get(field) is not None:
-            event[field] = copy.deepcopy(remote_event[field])
+            event[field] = json_copy(remote_event[field])
     if not any(event.get(k) for k in ("firstTimestamp", "lastTimestamp", "eventTime")):
         event["firstTimestamp"] = event["lastTimestamp"] = rfc3339(now)
     return event
@@ -126,12 +126,12 @@ def event_needs_update(existing: ReadObj, desired: ReadObj) -> bool:
 
 def event_update_body(existing: ReadObj, desired: ReadObj) -> KubeObj:
     """``existing`` (with its resourceVersion) carrying the desired mutable fields; firstTimestamp stays."""
-    body: KubeObj = copy.deepcopy(dict(existing))
+    body: KubeObj = json_copy(dict(existing))
     for field in (*MUTABLE_FIELDS, "lastTimestamp", "eventTime"):
         if desired.get(field) is None:
             body.pop(field, None)
         else:
-            body[field] = copy.deepcopy(desired[field])
+            body[field] = json_copy(desired[field])
     return body
 
 

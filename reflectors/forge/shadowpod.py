@@ -6,12 +6,12 @@ and the provider would not propagate changes anyway. Only labels and annotations
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
 from reflectors.forge import constants as c
+from reflectors.forge.jsoncopy import json_copy
 from reflectors.forge.labels import (
     LOCAL_ONLY_LABELS,
     PROVIDER_OWNED_LABELS,
@@ -193,7 +193,7 @@ def forge_shadowpod(
         annotations[c.LOCAL_POD_UID_ANNOTATION] = uid_of(local_pod)  # ties the ShadowPod to this pod
 
     if existing is not None:
-        metadata = copy.deepcopy(dict(meta(existing)))
+        metadata = json_copy(dict(meta(existing)))
         existing_labels = metadata.get("labels") or {}
         labels.update({k: v for k, v in existing_labels.items() if k in PROVIDER_OWNED_LABELS})
         metadata["labels"] = labels
@@ -202,7 +202,7 @@ def forge_shadowpod(
             "apiVersion": existing.get("apiVersion", c.SHADOWPOD_API_VERSION),
             "kind": existing.get("kind", c.SHADOWPOD_KIND),
             "metadata": metadata,
-            "spec": copy.deepcopy(dict(existing.get("spec") or {})),
+            "spec": json_copy(dict(existing.get("spec") or {})),
         }
 
     support = effective_apiserver_support(apiserver_support, local_annotations)
@@ -266,9 +266,7 @@ def forge_local_offloaded_label(local_pod: ReadObj) -> KubeObj | None:
 
 def remote_tolerations(tolerations: Iterable[Mapping[str, Any]] | None) -> list[KubeObj]:
     """All tolerations but Liqo's virtual-node one, which would allow recursive offloading on the pool."""
-    return [
-        copy.deepcopy(dict(t)) for t in tolerations or () if t.get("key") != c.VIRTUAL_NODE_TOLERATION_KEY
-    ]
+    return [json_copy(dict(t)) for t in tolerations or () if t.get("key") != c.VIRTUAL_NODE_TOLERATION_KEY]
 
 
 def _remote_pod_spec(local_spec: Mapping[str, Any], mutators: Iterable[SpecMutator]) -> KubeObj:
@@ -276,7 +274,7 @@ def _remote_pod_spec(local_spec: Mapping[str, Any], mutators: Iterable[SpecMutat
     for field in COPIED_SPEC_FIELDS:
         value = local_spec.get(field)
         if value is not None:
-            spec[field] = copy.deepcopy(value)
+            spec[field] = json_copy(value)
     spec["tolerations"] = remote_tolerations(local_spec.get("tolerations"))
     spec.update(FORCED_SPEC_FIELDS)
     for mutate in mutators:
@@ -437,7 +435,7 @@ def _node_selector_mutator(node_selector: Mapping[str, str]) -> SpecMutator:
 
 def _tolerations_mutator(tolerations: Iterable[Mapping[str, Any]]) -> SpecMutator:
     def mutate(spec: KubeObj) -> None:
-        spec["tolerations"].extend(copy.deepcopy(dict(t)) for t in tolerations)
+        spec["tolerations"].extend(json_copy(dict(t)) for t in tolerations)
 
     return mutate
 
@@ -446,7 +444,7 @@ def _affinity_mutator(node_affinity: Mapping[str, Any] | None) -> SpecMutator:
     def mutate(spec: KubeObj) -> None:
         if not node_affinity:
             return
-        wanted = copy.deepcopy(dict(node_affinity))
+        wanted = json_copy(dict(node_affinity))
         affinity = spec.setdefault("affinity", {})
         current = affinity.get("nodeAffinity")
         if not current:
@@ -479,7 +477,7 @@ def _anti_affinity_mutator(
 
         def propagate(spec: KubeObj) -> None:
             if local_anti:
-                spec["affinity"] = {"podAntiAffinity": copy.deepcopy(local_anti)}
+                spec["affinity"] = {"podAntiAffinity": json_copy(local_anti)}
 
         return propagate
     if preset not in (c.ANTI_AFFINITY_PRESET_SOFT, c.ANTI_AFFINITY_PRESET_HARD):
@@ -498,7 +496,7 @@ def _anti_affinity_mutator(
         anti = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
 
     def preset_mutator(spec: KubeObj) -> None:
-        spec["affinity"] = {"podAntiAffinity": copy.deepcopy(anti)}
+        spec["affinity"] = {"podAntiAffinity": json_copy(anti)}
 
     return preset_mutator
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from reflectors.forge import constants as c
+from reflectors.forge.jsoncopy import JSON_SCALARS, json_copy
 from reflectors.forge.pods import (
     PHASE_FAILED,
     PHASE_SUCCEEDED,
@@ -70,7 +70,7 @@ def forge_local_status(
     ``now`` stamps a Ready condition that turns False here; a condition already False locally keeps its time,
     so forging twice gives the same status.
     """
-    status: KubeObj = copy.deepcopy(dict(status_of(remote_pod)))
+    status: KubeObj = json_copy(dict(status_of(remote_pod)))
     pod_ip = status.get("podIP") or ""
     if pod_ip:
         status["podIPs"] = [{"ip": pod_ip}]
@@ -125,7 +125,7 @@ def rejected_status(local_pod: ReadObj, phase: str, reason: str, now: datetime) 
     Every container status becomes not ready and, for a terminal ``phase``, terminated (exit code 1 if
     Failed, else 0) unless already terminated. Idempotent: applying it twice changes nothing more.
     """
-    status: KubeObj = copy.deepcopy(dict(status_of(local_pod)))
+    status: KubeObj = json_copy(dict(status_of(local_pod)))
     status["phase"] = phase
     status["reason"] = reason
     stamp = rfc3339(now)
@@ -174,11 +174,16 @@ def status_equal(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bo
     Only JSON "omitempty" noise is ignored: an absent key equals null, "" and []. Everything else counts,
     including ``{}`` (a non-nil empty struct such as ``state.waiting``), timestamps and list order.
     """
+    if a == b:
+        return True  # equal as they are, so equal once normalized: a frequent case, at C speed
     return bool(_normalize(a or {}) == _normalize(b or {}))
 
 
 def _normalize(value: Any) -> Any:
-    if isinstance(value, Mapping):
+    kind = type(value)
+    if kind in JSON_SCALARS:
+        return value  # most of a status: no ABC checks for them
+    if kind is dict or isinstance(value, Mapping):
         out = {}
         for key, item in value.items():
             normalized = _normalize(item)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -370,6 +371,18 @@ def test_status_when_remote_missing(shadow: dict[str, Any] | None, expected_phas
             {"containerStatuses": [{"name": "a", "state": {}}]},
             False,
             id="empty-struct-is-not-absent",
+        ),
+        pytest.param(
+            MappingProxyType({"phase": "Running", "podIP": "", "podIPs": ({"ip": "10.0.0.1"},)}),
+            {"phase": "Running", "podIPs": [{"ip": "10.0.0.1"}]},
+            True,
+            id="any-mapping-and-tuple-normalize-like-dict-and-list",
+        ),
+        pytest.param(
+            {"phase": "Running", "podIPs": ({"ip": "10.0.0.1"},)},
+            {"phase": "Running", "podIPs": [{"ip": "10.0.0.2"}]},
+            False,
+            id="tuple-contents-count",
         ),
     ],
 )

@@ -135,6 +135,18 @@ def test_huge_binary_and_tiny_values_stay_cheap() -> None:
     assert parse_quantity("0." + "1" * 400) == Fraction("0.111111112")
 
 
+@pytest.mark.parametrize(("short", "value"), [("500m", "1/2"), ("1Gi", "1073741824"), ("-2k", "-2000")])
+def test_memoized_short_strings_parse_as_long_ones_do(short: str, value: str) -> None:
+    # Short strings are memoized, long ones are not: both paths, twice each, give the same exact value.
+    sign, body = ("-", short[1:]) if short.startswith("-") else ("", short)
+    long = sign + "0" * 80 + body
+    for _ in range(2):
+        assert parse_quantity(short) == parse_quantity(long) == Fraction(value)
+    for _ in range(2):
+        with pytest.raises(QuantityError):
+            parse_quantity(short + "x")
+
+
 @pytest.mark.parametrize("bad", [None, 1, 1.5, b"1"])
 def test_non_strings_are_refused(bad: object) -> None:
     with pytest.raises(QuantityError):

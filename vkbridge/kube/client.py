@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import Counter
@@ -292,7 +291,7 @@ class KubeClient(ResourceVerbs):
         data: bytes | None = None
         if body is not None:
             headers["Content-Type"] = content_type or (MERGE_PATCH if method == "PATCH" else JSON)
-            data = json.dumps(body, separators=(",", ":")).encode()
+            data = orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)  # 10x json.dumps; same JSON
         total = self.timeout if timeout is None else timeout
         t0 = time.monotonic()
         flight = _Flight(key)
