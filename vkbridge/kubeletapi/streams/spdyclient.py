@@ -37,6 +37,9 @@ _BODY_LIMIT: Final = 64 * 1024
 _CHUNK: Final = 32 * 1024
 STREAM_REPLY_TIMEOUT: Final = 30.0
 _OUTPUT_KINDS: Final = {"stdout": STDOUT, "stderr": STDERR, "error": ERROR}
+# Pool output held for a slow home client before we stop reading the pool's connection: beyond it TCP
+# pushes back on the pool, as a WebSocket relay's bounded send does (`cat` of a large file, slow terminal).
+OUTPUT_BUFFER_MAX: Final = 1 << 20
 _T = TypeVar("_T")
 
 
@@ -57,6 +60,8 @@ class SpdyPoolStream(PoolStream):
         self._open_outputs: set[int] = set()
         self._replies = asyncio.Event()
         self._out: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
+        self._queued = 0  # bytes in _out; the read loop waits while over OUTPUT_BUFFER_MAX
+        self._drained = asyncio.Event()
         self._read_task: asyncio.Task[None] | None = None
         self._ended = "the connection is open"
 
@@ -95,6 +100,9 @@ class SpdyPoolStream(PoolStream):
             while data := await self._reader.read(65536):
                 for frame in self._dec.feed(data):
                     self._on_frame(frame)
+                while self._queued > OUTPUT_BUFFER_MAX:
+                    self._drained.clear()
+                    await self._drained.wait()
                 if not self._open_outputs and self._replied:
                     self._ended = "all output streams ended"
                     return
@@ -117,6 +125,7 @@ class SpdyPoolStream(PoolStream):
             kind = self._kinds.get(frame.stream_id)
             if kind in _OUTPUT_KINDS and frame.data:
                 self._out.put_nowait((_OUTPUT_KINDS[kind], frame.data))
+                self._queued += len(frame.data)
             if frame.fin:
                 self._open_outputs.discard(frame.stream_id)
         elif isinstance(frame, spdy.RstStream):
@@ -129,6 +138,9 @@ class SpdyPoolStream(PoolStream):
 
     async def messages(self) -> AsyncIterator[tuple[int, bytes]]:
         while (item := await self._out.get()) is not None:
+            self._queued -= len(item[1])
+            if self._queued <= OUTPUT_BUFFER_MAX:
+                self._drained.set()
             yield item
 
     async def _send(self, kind: str, data: bytes, fin: bool = False) -> None:
