@@ -126,6 +126,12 @@ class LiqoVkProcess(VkbridgeProcess):
         self.binary = binary or find_liqo_vk()
 
     def start(self) -> LiqoVkProcess:
+        if extra_crds_dir() is None:  # say so now, not as every differential test timing out
+            raise LiqoUnavailable(
+                "Liqo's virtual kubelet waits forever for ips.ipam.liqo.io and "
+                f"shadowendpointslices.offloading.liqo.io: their CRDs are not in {EXTRA_CRDS} "
+                "(run from a clone beside ../shared, or set VKBRIDGE_LIQO_EXTRA_CRDS)"
+            )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         node = self.opts.nodename or self.opts.slug
         env = {
