@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from e2e.bundle import Bundle
@@ -42,28 +43,32 @@ def passed(status: int | None) -> bool:
     return status is not None and 200 <= status < 400
 
 
-def unanswered_streak(answers: list[tuple[float, int | None, str]]) -> int:
-    """The most probes in a row that got no HTTP answer at all."""
+def failing(status: int | None) -> bool:
+    return not passed(status)
+
+
+Answer = tuple[float, int | None, str]  # (seconds since the prober started, HTTP status or None, body)
+
+
+def worst_streak(answers: list[Answer], failed: Callable[[int | None], bool]) -> int:
+    """The most probes in a row whose status ``failed`` (the kubelet acts on a streak, not on one)."""
     worst = streak = 0
     for _, status, _ in answers:
-        streak = streak + 1 if status is None else 0
+        streak = streak + 1 if failed(status) else 0
         worst = max(worst, streak)
     return worst
+
+
+def got_no_answer(status: int | None) -> bool:
+    return status is None
 
 
 @dataclass
 class Answers:
     """Every answer of one replica's probes once its port first answered (the kubelet's initial delay)."""
 
-    live: list[tuple[float, int | None, str]] = field(default_factory=list)
-    ready: list[tuple[float, int | None, str]] = field(default_factory=list)
-
-    def worst_liveness_streak(self) -> int:
-        worst = streak = 0
-        for _, status, _ in self.live:
-            streak = 0 if passed(status) else streak + 1
-            worst = max(worst, streak)
-        return worst
+    live: list[Answer] = field(default_factory=list)
+    ready: list[Answer] = field(default_factory=list)
 
 
 class Prober(threading.Thread):
@@ -132,20 +137,26 @@ def test_standby_is_alive_not_ready_never_killed_and_ready_after_the_leader_dies
         (round(t, 1), s, text) for t, s, text in answers_b.live if s is not None and not passed(s)
     ]
     assert not failed_live_b, f"the standby's liveness failed: {failed_live_b[:3]}"
-    assert answers_b.worst_liveness_streak() < LIVENESS_FAILURE_THRESHOLD, answers_b.live
+    assert worst_streak(answers_b.live, failing) < LIVENESS_FAILURE_THRESHOLD, answers_b.live
     live_a = [(round(t, 1), s, text) for t, s, text in answers_a.live if t < kill_at]
     failed_live_a = [a for a in live_a if a[1] is not None and not passed(a[1])]
     assert not failed_live_a, f"the leader's liveness failed: {failed_live_a[:3]}"
-    assert Answers(live=live_a).worst_liveness_streak() < LIVENESS_FAILURE_THRESHOLD, live_a
+    assert worst_streak(live_a, failing) < LIVENESS_FAILURE_THRESHOLD, live_a
     b_kill_at = t_kill - prober_b.t0
-    unanswered = [a for a in answers_a.live if a[1] is None and a[0] < kill_at] + [
+    no_answer = [a for a in answers_a.live if a[1] is None and a[0] < kill_at] + [
         b for b in answers_b.live if b[1] is None and b[0] < b_kill_at
     ]
-    figures.add("liveness probes without an answer before the kill (reset, timeout)", len(unanswered))
+    figures.add("liveness probes without an answer before the kill (reset, timeout)", len(no_answer))
 
     # Readiness likewise: every answer is checked; no answer three times in a row would be a failure.
-    assert unanswered_streak([a for a in answers_a.ready if a[0] < kill_at]) < LIVENESS_FAILURE_THRESHOLD
-    assert unanswered_streak([b for b in answers_b.ready if b[0] < b_kill_at]) < LIVENESS_FAILURE_THRESHOLD
+    assert (
+        worst_streak([a for a in answers_a.ready if a[0] < kill_at], got_no_answer)
+        < LIVENESS_FAILURE_THRESHOLD
+    )
+    assert (
+        worst_streak([b for b in answers_b.ready if b[0] < b_kill_at], got_no_answer)
+        < LIVENESS_FAILURE_THRESHOLD
+    )
     ready_a = [(t, s) for t, s, _ in answers_a.ready if t < kill_at and s is not None]
     first_ok = next(i for i, (_, s) in enumerate(ready_a) if s == 200)
     assert all(s == 200 for _, s in ready_a[first_ok:]), f"the leader went unready: {ready_a[first_ok:]}"
