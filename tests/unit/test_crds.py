@@ -103,10 +103,13 @@ def repo_crds() -> dict[tuple[str, str], tuple[str, Crd]]:
 def liqo_crds() -> dict[tuple[str, str], tuple[str, Crd]]:
     directory = liqo_crds_dir()
     if not directory.is_dir():
-        pytest.skip(
+        why = (
             f"Liqo v1.2.0 CRD manifests not found at {directory} "
             "(set VKBRIDGE_LIQO_CRDS to the liqo-crds-v1.2.0 directory to compare against them)"
         )
+        if os.environ.get("CI"):
+            pytest.fail(f"{why}; CI clones beside ../shared, so the drop-in CRD checks must run there")
+        pytest.skip(why)
     return load_crds(directory)
 
 
