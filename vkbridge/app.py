@@ -169,7 +169,7 @@ class VirtualKubelet:
     def _serving_check(self) -> str | None:
         if self.serving is None:
             return f"not started: {self.phase}"
-        if self.serving.current_context() is None:
+        if self.serving.current_keypair() is None:
             return f"no kubelet serving certificate yet ({self.settings.certificate_type})"
         return None
 
@@ -342,7 +342,7 @@ class VirtualKubelet:
             return None if pair is None else pair.remote
 
         kubelet = KubeletServer(
-            home, pool, node_name=node_name, port=s.listen_port, ssl_context_provider=serving.current_context,
+            home, pool, node_name=node_name, port=s.listen_port, serving_certificate=serving.current_keypair,
             client_ca_pem=await client_ca(home), remote_namespace=remote_namespace,
             client_ca_configmap="kube-system/extension-apiserver-authentication",
             local_pods=engine.local_pods, healthz=self.livez, metrics=self.metrics,

@@ -48,7 +48,7 @@ from tests.support.certs import cert_builder, self_signed
 from vkbridge.credentials import certs
 from vkbridge.credentials.remote import RemoteCredentialWatcher, credentials_from_secret
 from vkbridge.credentials.renewal import CertificateRenewer
-from vkbridge.credentials.serving import ServingCertificateManager
+from vkbridge.credentials.serving import ServingCertificateManager, ServingKeyPair
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import (
     CERTIFICATESIGNINGREQUESTS,
@@ -241,7 +241,7 @@ async def sleep_until(when: dt.datetime) -> None:
 
 
 @contextlib.asynccontextmanager
-async def kubelet_endpoint(provider: Callable[[], ssl.SSLContext | None]) -> AsyncIterator[int]:
+async def kubelet_endpoint(provider: Callable[[], ServingKeyPair | None]) -> AsyncIterator[int]:
     """A tiny HTTPS kubelet on 127.0.0.1 that presents the provider's current certificate."""
     app = web.Application()
 
@@ -292,7 +292,7 @@ async def test_serving_certificate_issued_by_kcm_after_approval(
             f"(kubectl certificate approve {csr_name}) or check Liqo's controller-manager"
         )
         await eventually(lambda: hint in caplog.messages, 10, "the waiting-for-approval reminder")
-        assert mgr.current_context() is None, "nothing to serve before approval"
+        assert mgr.current_keypair() is None, "nothing to serve before approval"
         assert not await mgr.wait_ready(1.0)
 
         csr = await home.get(CERTIFICATESIGNINGREQUESTS, csr_name)
@@ -323,7 +323,7 @@ async def test_serving_certificate_issued_by_kcm_after_approval(
         )
         assert any("kubelet serving certificate issued" in m for m in caplog.messages)
 
-        async with kubelet_endpoint(mgr.current_context) as port:
+        async with kubelet_endpoint(mgr.current_keypair) as port:
             assert (await presented_certificate(port, consumer.ca_pem)).serial_number == cert.serial_number
             # The kube-apiserver dials it for pod logs, verifying with --kubelet-certificate-authority.
             await home.create(
@@ -423,7 +423,7 @@ async def test_serving_certificate_openssl_refuses_keeps_the_old_one_and_retries
     try:
         await sign_next(dt.timedelta(seconds=6), weak_ca=False)  # rotated after about 3 s
         assert await mgr.wait_ready(15)
-        first_ctx, first_pem = mgr.current_context(), mgr.certificate_pem
+        first_ctx, first_pem = mgr.current_keypair(), mgr.certificate_pem
         await sign_next(dt.timedelta(hours=1), weak_ca=True)
         failed = "kubelet serving certificate request failed; retrying"
         record = await eventually(
@@ -432,10 +432,10 @@ async def test_serving_certificate_openssl_refuses_keeps_the_old_one_and_retries
         kv = getattr(record, "kv", {})
         assert "cannot be loaded" in kv["error"] and kv["serving"] == "the previous certificate"
         assert not task.done(), "the manager survives"
-        assert mgr.current_context() is first_ctx and mgr.certificate_pem == first_pem and mgr.issued == 1
+        assert mgr.current_keypair() is first_ctx and mgr.certificate_pem == first_pem and mgr.issued == 1
         await sign_next(dt.timedelta(hours=1), weak_ca=False)  # the retry (capped backoff) gets a good one
         await eventually(lambda: mgr.issued == 2, 15, "the next good certificate installed")
-        assert mgr.current_context() is not first_ctx and not task.done()
+        assert mgr.current_keypair() is not first_ctx and not task.done()
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -455,7 +455,7 @@ async def test_self_signed_serving_certificate(home: KubeClient) -> None:
         cert = x509.load_pem_x509_certificate(mgr.certificate_pem)
         assert cert.subject.rfc4514_string() == "CN=system:node:node-x,O=liqo.io"
         assert cert.not_valid_after_utc - cert.not_valid_before_utc == dt.timedelta(days=365)
-        async with kubelet_endpoint(mgr.current_context) as port:
+        async with kubelet_endpoint(mgr.current_keypair) as port:
             presented = await presented_certificate(port, mgr.certificate_pem)
         assert presented.serial_number == cert.serial_number
     finally:

@@ -35,6 +35,7 @@ from e2e.fixtures_pool import POOL_NODES
 from e2e.pki import CertAuthority
 from e2e.waiting import eventually
 from tests.integration.helpers import must, processes_with, run_in_pty
+from vkbridge.credentials.serving import ServingKeyPair
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import PODS, KubeClient
 from vkbridge.kube.health import HealthChecks
@@ -54,16 +55,6 @@ Json = dict[str, Any]
 TICKER = (
     "for i in 1 2 3 4 5; do echo line-$i; done; i=6; while true; do sleep 0.3; echo line-$i; i=$((i+1)); done"
 )
-
-
-def server_context(cert_pem: bytes, key_pem: bytes, directory: Path) -> ssl.SSLContext:
-    path = directory / f"serving-{uuid.uuid4().hex[:6]}.pem"
-    path.write_bytes(cert_pem + key_pem)
-    path.chmod(0o600)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(path)
-    path.unlink()
-    return ctx
 
 
 @dataclass
@@ -218,11 +209,11 @@ async def running_server(env: Env, metrics: Metrics | None = None) -> AsyncItera
     """The kubelet API on ``env.port``, serving and wired as app.py wires it (``metrics``: its registry)."""
     home = KubeClient(parse_kubeconfig(env.home_kubeconfig), name="consumer")
     pool = KubeClient(parse_kubeconfig(env.pool_kubeconfig), name="pool")
-    ctx = server_context(*env.serving, env.workdir)
+    served = ServingKeyPair(*env.serving)
     async with node_pods(home, env.node) as local_pods:
         srv = KubeletServer(
             home, pool, node_name=env.node, listen_host="127.0.0.1", port=env.port,
-            ssl_context_provider=lambda: ctx, client_ca_pem=env.consumer.ca_pem,
+            serving_certificate=lambda: served, client_ca_pem=env.consumer.ca_pem,
             remote_namespace=env.remote_namespace, local_pods=local_pods, metrics=metrics,
         )  # fmt: skip
         await srv.start()
@@ -744,7 +735,8 @@ async def test_client_certificates_authenticate_and_foreign_ones_are_refused(
 async def test_a_changed_client_ca_is_trusted_without_a_restart(env: Env) -> None:
     """A kubelet reloads its client CA file; ours is a ConfigMap (extension-apiserver-authentication in
     kube-system, which kube-apiserver itself rewrites, so a test copy here): a new CA in it admits
-    kube-apiserver's new client certificate without restarting vkbridge."""
+    kube-apiserver's new client certificate without restarting vkbridge, and the CA it replaced is
+    refused from then on."""
     tag = uuid.uuid4().hex[:5]
     cm = f"client-ca-{tag}"
     old = CertAuthority.create("retired-client-ca")
@@ -752,21 +744,24 @@ async def test_a_changed_client_ca_is_trusted_without_a_restart(env: Env) -> Non
             {"metadata": {"name": cm}, "data": {"client-ca-file": old.cert_pem.decode()}})  # fmt: skip
     home = KubeClient(parse_kubeconfig(env.home_kubeconfig), name="consumer")
     pool = KubeClient(parse_kubeconfig(env.pool_kubeconfig), name="pool")
-    ctx = server_context(*env.serving, env.workdir)
+    served = ServingKeyPair(*env.serving)
     no_pods = Cache(home, PODS, name="never-run")  # this test reads no pod
     srv = KubeletServer(home, pool, node_name=env.node, listen_host="127.0.0.1", port=0,
-                        ssl_context_provider=lambda: ctx, client_ca_pem=old.cert_pem,
+                        serving_certificate=lambda: served, client_ca_pem=old.cert_pem,
                         client_ca_configmap=f"{env.ns}/{cm}", remote_namespace=env.remote_namespace,
                         local_pods=no_pods)  # fmt: skip
     admin = admin_cert(env, "ca-reload-admin")
     client = client_context(env, admin)
+    retired = old.issue("retired-admin", ["system:masters"], client=True)
+    assert retired.key_pem is not None
+    by_old = client_context(env, (retired.cert_pem, retired.key_pem))
 
-    async def status() -> int | None:
+    async def status(ctx: ssl.SSLContext = client) -> int | None:
         """/pods with kube-apiserver's kind of client certificate; None: the handshake was refused."""
         try:
             async with (
                 aiohttp.ClientSession() as http,
-                http.get(f"https://127.0.0.1:{srv.port}/pods", ssl=client) as r,
+                http.get(f"https://127.0.0.1:{srv.port}/pods", ssl=ctx) as r,
             ):
                 return r.status
         except aiohttp.ClientError:
@@ -776,6 +771,7 @@ async def test_a_changed_client_ca_is_trusted_without_a_restart(env: Env) -> Non
         await srv.start()
         await srv.wait_serving(5)
         assert await status() is None  # signed by the consumer CA, which is not trusted yet
+        assert await status(by_old) == 200
         must(env.consumer, "PATCH", f"/api/v1/namespaces/{env.ns}/configmaps/{cm}",
                 {"data": {"client-ca-file": env.consumer.ca_pem.decode()}},
                 content_type="application/merge-patch+json")  # fmt: skip
@@ -783,6 +779,7 @@ async def test_a_changed_client_ca_is_trusted_without_a_restart(env: Env) -> Non
         while (got := await status()) != 200:
             assert time.monotonic() < deadline, f"still {got} after the CA changed"
             await asyncio.sleep(0.2)
+        assert await status(by_old) is None  # the CA removed from the bundle, without a restart
         assert srv.tls.client_ca_reloads == 1
     finally:
         await srv.stop()
@@ -794,12 +791,12 @@ async def test_waits_for_a_serving_certificate_then_rotates_it_without_restartin
     env: Env, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="vkbridge.kubeletapi")
-    holder: dict[str, ssl.SSLContext | None] = {"ctx": None}
+    holder: dict[str, ServingKeyPair | None] = {"ctx": None}
     home = KubeClient(parse_kubeconfig(env.home_kubeconfig), name="consumer")
     pool = KubeClient(parse_kubeconfig(env.pool_kubeconfig), name="pool")
     no_pods = Cache(home, PODS, name="never-run")  # this test reads no pod
     srv = KubeletServer(home, pool, node_name=env.node, listen_host="127.0.0.1", port=0,
-                        ssl_context_provider=lambda: holder["ctx"], client_ca_pem=env.consumer.ca_pem,
+                        serving_certificate=lambda: holder["ctx"], client_ca_pem=env.consumer.ca_pem,
                         remote_namespace=env.remote_namespace, local_pods=no_pods)  # fmt: skip
     ca = env.consumer.ca
     client_ctx = ssl.create_default_context(cadata=env.consumer.ca_pem.decode())
@@ -811,7 +808,7 @@ async def test_waits_for_a_serving_certificate_then_rotates_it_without_restartin
         assert not srv.serving and srv.port == 0
         first = ca.issue(f"system:node:{env.node}", server=True, ips=["127.0.0.1"])
         assert first.key_pem is not None
-        holder["ctx"] = server_context(first.cert_pem, first.key_pem, env.workdir)
+        holder["ctx"] = ServingKeyPair(first.cert_pem, first.key_pem)
         await srv.wait_serving(10)
 
         async def served_serial() -> int:
@@ -825,7 +822,7 @@ async def test_waits_for_a_serving_certificate_then_rotates_it_without_restartin
         assert await served_serial() == x509.load_pem_x509_certificate(first.cert_pem).serial_number
         second = ca.issue(f"system:node:{env.node}", server=True, ips=["127.0.0.1"])
         assert second.key_pem is not None
-        holder["ctx"] = server_context(second.cert_pem, second.key_pem, env.workdir)
+        holder["ctx"] = ServingKeyPair(second.cert_pem, second.key_pem)
         assert await served_serial() == x509.load_pem_x509_certificate(second.cert_pem).serial_number
         assert srv.tls.rotations == 1
         # Client certificates still verify against the client CA after the swap.

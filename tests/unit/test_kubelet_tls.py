@@ -14,18 +14,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from e2e.pki import CertAuthority, key_pem, new_ec_key
+from vkbridge.credentials.serving import ServingKeyPair
 from vkbridge.kubeletapi.auth import UserInfo, user_from_peercert
 from vkbridge.kubeletapi.tls import ServingTLS
 
 HOST = "kubelet.test"
-
-
-def server_context(ca: CertAuthority) -> ssl.SSLContext:
-    issued = ca.issue("system:node:vk", server=True, dns=[HOST])
-    assert issued.key_pem is not None
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    _load_chain(ctx, issued.cert_pem, issued.key_pem)
-    return ctx
 
 
 def _load_chain(ctx: ssl.SSLContext, cert_pem: bytes, key: bytes) -> None:
@@ -39,8 +32,10 @@ def _load_chain(ctx: ssl.SSLContext, cert_pem: bytes, key: bytes) -> None:
 
 
 def serving_tls(serving_ca: CertAuthority, client_ca_pem: bytes) -> ServingTLS:
-    ctx = server_context(serving_ca)
-    return ServingTLS(lambda: ctx, client_ca_pem)
+    issued = serving_ca.issue("system:node:vk", server=True, dns=[HOST])
+    assert issued.key_pem is not None
+    pair = ServingKeyPair(issued.cert_pem, issued.key_pem)
+    return ServingTLS(lambda: pair, client_ca_pem)
 
 
 def client_context(serving_ca: CertAuthority, cert_pem: bytes, key: bytes) -> ssl.SSLContext:

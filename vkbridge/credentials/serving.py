@@ -2,7 +2,7 @@
 
 ``kubelet``/``aws`` ask the home cluster for it with a CertificateSigningRequest (as client-go's
 certificate manager does for Liqo's VK), ``self-signed`` makes one locally. The key lives in memory
-only. ``current_context()`` feeds the kubelet API listener's SNI callback (kubeletapi.tls.ServingTLS),
+only. ``current_keypair()`` feeds the kubelet API listener's SNI callback (kubeletapi.tls.ServingTLS),
 so rotation never restarts it. While a CSR waits for approval we say so every minute with the command
 that unblocks it: LIQO issue #241 was a node stuck silently on an unapproved CSR.
 """
@@ -19,6 +19,7 @@ import os
 import ssl
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from cryptography import x509
@@ -43,7 +44,13 @@ from vkbridge.kube.kubeconfig import CertInfo
 from vkbridge.kube.waiting import wait_event
 from vkbridge.logs import get_logger
 
-__all__ = ["SIGNERS", "CertificateType", "ServingCertificateError", "ServingCertificateManager"]
+__all__ = [
+    "SIGNERS",
+    "CertificateType",
+    "ServingCertificateError",
+    "ServingCertificateManager",
+    "ServingKeyPair",
+]
 
 log = get_logger("vkbridge.serving")
 
@@ -106,6 +113,19 @@ def _server_context(chain_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
     return ctx
 
 
+@dataclass(frozen=True, eq=False)
+class ServingKeyPair:
+    """One serving certificate chain and its key. The kubelet API builds a fresh context from it each
+    time the client CA changes (a context cannot forget a CA), hence the key kept, in memory only."""
+
+    chain_pem: bytes
+    key_pem: bytes = field(repr=False)
+
+    def new_context(self) -> ssl.SSLContext:
+        """A server context holding the chain and key; ServingCertificateError if OpenSSL refuses them."""
+        return _server_context(self.chain_pem, self.key_pem)
+
+
 class ServingCertificateManager:
     """Obtains, holds and rotates the kubelet serving certificate."""
 
@@ -135,7 +155,7 @@ class ServingCertificateManager:
         self._wait_log_interval = wait_log_interval
         self._retry_base, self._retry_cap = retry_base, retry_cap
         self._clock = clock
-        self._ctx: ssl.SSLContext | None = None
+        self._pair: ServingKeyPair | None = None
         self._cert_pem: bytes | None = None
         self._info: CertInfo | None = None
         self._ready = asyncio.Event()
@@ -144,9 +164,9 @@ class ServingCertificateManager:
 
     # -- what the kubelet API server uses
 
-    def current_context(self) -> ssl.SSLContext | None:
-        """The context holding the current certificate (None until the first one is issued)."""
-        return self._ctx
+    def current_keypair(self) -> ServingKeyPair | None:
+        """The current certificate and key: None until the first is issued, a new object at each rotation."""
+        return self._pair
 
     @property
     def certificate_pem(self) -> bytes | None:
@@ -161,7 +181,9 @@ class ServingCertificateManager:
         return await wait_event(self._ready, timeout)
 
     def _install(self, chain_pem: bytes, key: SigningKey, info: CertInfo) -> None:
-        self._ctx = _server_context(chain_pem, private_key_pem(key))
+        pair = ServingKeyPair(chain_pem, private_key_pem(key))
+        pair.new_context()  # a chain OpenSSL cannot load is refused here, not in a handshake
+        self._pair = pair
         self._cert_pem, self._info = chain_pem, info
         self.issued += 1
         self._ready.set()
@@ -230,7 +252,7 @@ class ServingCertificateManager:
                     csr=self.last_csr or "-",
                     error=str(err)[:300] or type(err).__name__,
                     retry_in=f"{delay:.0f}s",
-                    serving="the previous certificate" if self._ctx is not None else "nothing yet",
+                    serving="the previous certificate" if self._pair is not None else "nothing yet",
                 )
                 await asyncio.sleep(delay)
                 continue

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
@@ -37,6 +36,7 @@ from vkbridge.kubeletapi.streams.channels import (
     PORTFORWARD,
     SPDY_PROTOCOLS,
     V1,
+    WS_MAX_MESSAGE,
     WS_PROTOCOLS,
     ChannelError,
     StreamOptions,
@@ -50,7 +50,7 @@ from vkbridge.kubeletapi.streams.relay import ExecFront, relay
 from vkbridge.kubeletapi.streams.route import StreamRoute, StreamService, not_reflected, stream_route
 from vkbridge.kubeletapi.streams.spdyconn import SpdyConnection, SpdyExecFront, StreamSetTimeout
 from vkbridge.kubeletapi.streams.wsfront import WsExecFront
-from vkbridge.kubeletapi.tls import ServingTLS
+from vkbridge.kubeletapi.tls import ServingCertificate, ServingTLS
 from vkbridge.logs import get_logger
 from vkbridge.metrics import Metrics
 
@@ -88,10 +88,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class KubeletServer:
     """The kubelet API of one virtual node; ``start()``/``stop()`` own every task and connection.
 
-    ``ssl_context_provider`` is called on every TLS handshake, so it must return a cached context
-    (a new object means "rotated"); None means "no certificate yet". Client-certificate verification
-    against ``client_ca_pem`` is added to each context it returns; ``client_ca_configmap``
-    (``namespace/name``) is then followed and each new CA in it trusted without a restart.
+    ``serving_certificate`` is called on every TLS handshake, so it must return a cached object (a new
+    one means "rotated"); None means "no certificate yet". Each context built from it verifies client
+    certificates against ``client_ca_pem`` alone; ``client_ca_configmap`` (``namespace/name``) is then
+    followed and each new bundle in it trusted instead, without a restart (kubeletapi.tls).
     ``remote_namespace`` maps a local namespace to its pool namespace (None: not reflected);
     ``local_pods`` is the cache of the pods bound to our node: only those can be reached, as a kubelet
     serves only its own pods.
@@ -107,7 +107,7 @@ class KubeletServer:
         node_name: str,
         listen_host: str = "0.0.0.0",
         port: int,
-        ssl_context_provider: Callable[[], ssl.SSLContext | None],
+        serving_certificate: Callable[[], ServingCertificate | None],
         client_ca_pem: bytes | None,
         remote_namespace: Callable[[str], str | None],
         local_pods: Cache,
@@ -131,7 +131,7 @@ class KubeletServer:
         self._metrics = metrics
         self._pod_refs = PodRefs(local_pods)
         self._stats = StatsProvider(pool, node_name, remote_namespace, self._pod_refs.entries)
-        self.tls = ServingTLS(ssl_context_provider, client_ca_pem)
+        self.tls = ServingTLS(serving_certificate, client_ca_pem)
         self._client_ca = None
         if client_ca_configmap is not None:  # "namespace/name": followed, each new CA trusted at once
             namespace, _, name = client_ca_configmap.partition("/")
@@ -456,7 +456,7 @@ class KubeletServer:
             return web.Response(status=exc.status, text=exc.message + "\n")
         try:
             ws = web.WebSocketResponse(
-                protocols=(protocol,) if offered else (), autoping=True, max_msg_size=0
+                protocols=(protocol,) if offered else (), autoping=True, max_msg_size=WS_MAX_MESSAGE
             )
             await ws.prepare(request)
             front = WsExecFront(ws, protocol, opts)
