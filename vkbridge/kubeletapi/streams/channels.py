@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -32,6 +33,7 @@ __all__ = [
     "V4",
     "V4_B64",
     "V5",
+    "WS_MAX_MESSAGE",
     "WS_PROTOCOLS",
     "ChannelError",
     "ResizeDecoder",
@@ -63,6 +65,12 @@ _RESIZE_PROTOCOLS: Final = frozenset({V5, V4, V3, V4_B64})
 
 STDIN, STDOUT, STDERR, ERROR, RESIZE = 0, 1, 2, 3, 4
 CLOSE: Final = 255  # v5: [255, channel] half-closes a channel
+#: The largest WebSocket message we take (client or pool): a message is held whole until it ends, so
+#: without a limit one message could fill our memory. The kubelet's (x/net/websocket) limit: 32 MiB.
+WS_MAX_MESSAGE: Final = 32 << 20
+
+
+_SPACE: Final = re.compile(r"\s*")
 
 
 class ChannelError(ValueError):
@@ -204,7 +212,11 @@ def decode_ws(protocol: str, message: bytes | str) -> tuple[int, bytes]:
 
 
 class ResizeDecoder:
-    """Terminal sizes from a byte stream of concatenated JSON objects (the SPDY ``resize`` stream)."""
+    """Terminal sizes from a byte stream of concatenated JSON objects (the SPDY ``resize`` stream).
+
+    Only the newest size of what one ``feed`` completes is returned: a terminal ends at its last size,
+    and one 16 MiB frame of tiny objects must not become a million queued resizes.
+    """
 
     _LIMIT = 64 * 1024
 
@@ -213,23 +225,24 @@ class ResizeDecoder:
         self._decoder = json.JSONDecoder()
 
     def feed(self, data: bytes) -> list[dict[str, int]]:
-        self._buf += data.decode("utf-8", "replace")
-        out: list[dict[str, int]] = []
+        text = self._buf + data.decode("utf-8", "replace")
+        pos, newest = 0, None
         while True:
-            text = self._buf.lstrip()
-            if not text:
-                self._buf = ""
-                return out
+            if (space := _SPACE.match(text, pos)) is not None:
+                pos = space.end()
+            if pos >= len(text):
+                break
             try:
-                obj, end = self._decoder.raw_decode(text)
+                obj, pos = self._decoder.raw_decode(text, pos)
             except json.JSONDecodeError:
-                if len(text) > self._LIMIT:
-                    raise ChannelError("resize stream is not JSON") from None
-                self._buf = text  # incomplete: wait for more
-                return out
-            self._buf = text[end:]
+                break  # incomplete: wait for more
             if isinstance(obj, dict):
                 try:
-                    out.append({"Width": int(obj.get("Width", 0)), "Height": int(obj.get("Height", 0))})
+                    newest = {"Width": int(obj.get("Width", 0)), "Height": int(obj.get("Height", 0))}
                 except (TypeError, ValueError):
                     continue
+        self._buf = text[pos:]
+        if len(self._buf) > self._LIMIT:
+            self._buf = ""  # dropped, or every later frame would add to it
+            raise ChannelError("resize stream is not JSON")
+        return [] if newest is None else [newest]

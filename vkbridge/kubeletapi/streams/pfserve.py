@@ -17,6 +17,7 @@ from aiohttp import web
 from vkbridge.kubeletapi.streams.channels import (
     V4,
     V4_B64,
+    WS_MAX_MESSAGE,
     ChannelError,
     decode_ws,
     encode_ws,
@@ -54,7 +55,7 @@ async def websocket(request: web.Request, route: StreamRoute, dial: Dial) -> web
         pool = await dial(route)
     except DialError as exc:
         return web.Response(status=exc.status, text=exc.message + "\n")
-    ws = web.WebSocketResponse(protocols=(protocol,) if protocol else (), max_msg_size=0)
+    ws = web.WebSocketResponse(protocols=(protocol,) if protocol else (), max_msg_size=WS_MAX_MESSAGE)
     try:
         await ws.prepare(request)
     except BaseException:

@@ -23,7 +23,7 @@ import aiohttp
 from vkbridge.kube.client import KubeClient
 from vkbridge.kube.kubeconfig import Credentials, ssl_context
 from vkbridge.kube.tokensource import TokenSource
-from vkbridge.kubeletapi.streams.channels import SPDY_PROTOCOLS, V4, V5, StreamOptions
+from vkbridge.kubeletapi.streams.channels import SPDY_PROTOCOLS, V4, V5, WS_MAX_MESSAGE, StreamOptions
 from vkbridge.kubeletapi.streams.poolstream import DialError, PoolStream, WsPoolStream
 from vkbridge.kubeletapi.streams.spdyclient import spdy_dial
 from vkbridge.logs import get_logger
@@ -129,7 +129,7 @@ class PoolDialer:
                     headers=headers,
                     ssl=ctx,
                     heartbeat=HEARTBEAT,
-                    max_msg_size=0,
+                    max_msg_size=WS_MAX_MESSAGE,
                     autoping=True,
                     proxy=creds.proxy_url or None,
                     server_hostname=creds.tls_server_name or None,

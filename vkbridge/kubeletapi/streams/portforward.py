@@ -263,6 +263,7 @@ class PoolPortForward:
             await self._on_data(frame)
         elif isinstance(frame, spdy.RstStream):
             if (pair := self._by_id.get(frame.stream_id)) is not None:
+                pair.write_closed = True  # the pool's stream is gone: nothing more goes to it
                 self._forget(pair)
                 await pair.sink.reset()
         elif isinstance(frame, spdy.Ping):
@@ -348,6 +349,7 @@ class _SpdySink:
     conn: SpdyConnection
     data_stream: SpdyStream
     error_stream: SpdyStream
+    inbound: asyncio.Queue[bytes | None]  # the client's bytes for the pool; None ends the pump
     closed: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def data(self, payload: bytes) -> None:
@@ -367,7 +369,12 @@ class _SpdySink:
     async def reset(self) -> None:
         self.conn.reset_stream(self.data_stream)
         self.conn.reset_stream(self.error_stream)
+        self.end()
+
+    def end(self) -> None:
+        """Reset: no FIN will come from the client, so the pump (and the pair's memory) ends here."""
         self.closed.set()
+        self.inbound.put_nowait(None)
 
 
 class SpdyPortForward:
@@ -392,16 +399,17 @@ class SpdyPortForward:
         except PortForwardError as exc:
             log.warning("refusing a port-forward stream", pod=self._pod, error=str(exc))
             self._conn.reset_stream(stream, spdy.RstStatus.REFUSED_STREAM)
+            self._conn.streams.pop(stream.stream_id, None)  # nothing will be relayed on it
             return
         if complete is not None:
             self._start_pair(key.request_id, *complete)
 
     def _start_pair(self, request_id: str, port: int, data: SpdyStream, error: SpdyStream) -> None:
         self.pairs += 1
-        sink = _SpdySink(self._conn, data, error)
+        inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
+        sink = _SpdySink(self._conn, data, error, inbound)
         pair = self._pool.open_pair(port, request_id, sink)
         self._sinks[data.stream_id] = (sink, pair)
-        inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
 
         def on_data(payload: bytes, fin: bool) -> None:
             if payload:
@@ -418,12 +426,12 @@ class SpdyPortForward:
         task.add_done_callback(self._tasks.discard)
 
     async def _pump(self, inbound: asyncio.Queue[bytes | None], pair: PoolPair, sink: _SpdySink) -> None:
-        """Front to pool for one pair, until the client's half-close."""
+        """Front to pool for one pair, until the client's half-close or a reset of either side."""
         while (chunk := await inbound.get()) is not None:
             self._backlog.take(len(chunk))
             await self._pool.send(pair, chunk)
-        while not inbound.empty():  # pragma: no cover - nothing follows a FIN
-            inbound.get_nowait()
+        while not inbound.empty():  # nothing follows a FIN or a reset; a second end may
+            self._backlog.take(len(inbound.get_nowait() or b""))
         await self._pool.close_write(pair)
         await sink.closed.wait()
         self._sinks.pop(sink.data_stream.stream_id, None)
@@ -435,7 +443,7 @@ class SpdyPortForward:
         if entry is not None:  # the client gave up this connection: so does the pod's socket
             sink, pair = entry
             self._pool.reset(pair)
-            sink.closed.set()
+            sink.end()
 
     async def run(self) -> str:
         """Relay until the client or the pool leaves; returns how it ended, for the log."""
@@ -544,6 +552,7 @@ class WsPortForward:
         finally:
             for f in (all_done, lost, gone):
                 f.cancel()
+            await asyncio.gather(all_done, lost, gone, return_exceptions=True)  # retrieved: no log noise
         if all_done.done() and not all_done.cancelled():
             return "pod side closed"
         if self._pool.lost.is_set():

@@ -31,6 +31,14 @@ ABORT_AFTER: Final = 1.0
 _DATA_CHUNK: Final = 32 * 1024
 _INBOUND_HIGH: Final = 64  # queued client events before we stop reading the socket
 _INBOUND_LOW: Final = 16
+# Client bytes (stdin) queued for the pool before we stop reading the socket: a frame may carry 16 MiB,
+# so counting events alone would let 64 of them (1 GiB) in while the pool reads slowly.
+INBOUND_BYTES_HIGH: Final = 1 << 20
+INBOUND_BYTES_LOW: Final = 256 * 1024
+# Our unsent bytes above which we stop reading the client: data writers wait for the drain, but the
+# replies to its frames (PING echoes, SYN_REPLY, RST) do not, so a client that sends without reading
+# would otherwise grow this buffer for as long as it sends. Well above the transports' high-water marks.
+WRITE_BACKLOG_MAX: Final = 1 << 20
 KNOWN_STREAM_TYPES: Final = frozenset({"error", "stdin", "stdout", "stderr", "resize"})
 
 
@@ -66,6 +74,7 @@ class SpdyConnection(asyncio.Protocol):
         self._stream_event = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
+        self._read_pauses: set[str] = set()  # why the client is not being read (any reason holds it)
         self.closed = asyncio.Event()  # transport gone
         self.gone = asyncio.Event()  # peer said GOAWAY or the transport is gone
         self.on_gone: Callable[[], None] | None = None
@@ -94,6 +103,7 @@ class SpdyConnection(asyncio.Protocol):
             return
         for frame in frames:
             self._handle(frame)
+        self._check_write_backlog()
 
     def eof_received(self) -> bool | None:
         self._mark_gone()
@@ -112,6 +122,13 @@ class SpdyConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writable.set()
+        self.resume_reading("writes")
+
+    def _check_write_backlog(self) -> None:
+        """Stop reading a client that does not read our replies, until the transport drains."""
+        t = self._transport
+        if t is not None and not self._writable.is_set() and t.get_write_buffer_size() > WRITE_BACKLOG_MAX:
+            self.pause_reading("writes")
 
     # -- control
 
@@ -129,13 +146,23 @@ class SpdyConnection(asyncio.Protocol):
     async def drain(self) -> None:
         await self._writable.wait()
 
-    def pause_reading(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
+    def pause_reading(self, reason: str = "backlog") -> None:
+        """Stop reading the client while any reason holds (a backlog for the pool, our unsent replies)."""
+        was_reading = not self._read_pauses
+        self._read_pauses.add(reason)
+        if was_reading and self._transport is not None and not self._transport.is_closing():
             self._transport.pause_reading()
 
-    def resume_reading(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
+    def resume_reading(self, reason: str = "backlog") -> None:
+        if reason not in self._read_pauses:
+            return
+        self._read_pauses.discard(reason)
+        if not self._read_pauses and self._transport is not None and not self._transport.is_closing():
             self._transport.resume_reading()
+
+    @property
+    def reading_paused(self) -> bool:
+        return bool(self._read_pauses)
 
     def close(self, goaway: bool = False) -> None:
         """Close after flushing; abort if the TLS close handshake has not finished in ABORT_AFTER.
@@ -263,6 +290,7 @@ class SpdyExecFront(ExecFront):
         self.protocol = protocol
         self._conn = conn
         self._inbound: asyncio.Queue[Inbound] = asyncio.Queue()
+        self._inbound_bytes = 0
         self._paused = False
         self._finished = False
         self._resize = ResizeDecoder()
@@ -279,7 +307,9 @@ class SpdyExecFront(ExecFront):
 
     def _push(self, ev: Inbound) -> None:
         self._inbound.put_nowait(ev)
-        if not self._paused and self._inbound.qsize() >= _INBOUND_HIGH:
+        self._inbound_bytes += len(ev.data)
+        full = self._inbound.qsize() >= _INBOUND_HIGH or self._inbound_bytes > INBOUND_BYTES_HIGH
+        if not self._paused and full:
             self._paused = True
             self._conn.pause_reading()
 
@@ -306,7 +336,9 @@ class SpdyExecFront(ExecFront):
 
     async def receive(self) -> Inbound:
         ev = await self._inbound.get()
-        if self._paused and self._inbound.qsize() <= _INBOUND_LOW:
+        self._inbound_bytes -= len(ev.data)
+        low = self._inbound.qsize() <= _INBOUND_LOW and self._inbound_bytes <= INBOUND_BYTES_LOW
+        if self._paused and low:
             self._paused = False
             self._conn.resume_reading()
         if ev.kind == "gone":
