@@ -50,6 +50,7 @@ from vkbridge.kube.kubeconfig import (
 )
 from vkbridge.kube.leaderelection import LeaderElector
 from vkbridge.kube.reachability import PoolState, Reachability
+from vkbridge.kube.tlsbuffer import limit_tls_read_buffer
 from vkbridge.kubeletapi.metrics_server import MetricsServer
 from vkbridge.kubeletapi.server import KubeletServer
 from vkbridge.logs import get_logger
@@ -464,6 +465,7 @@ def run(settings: Settings) -> int:
         # has already reused when a connect is cancelled (MagicStack/uvloop#653, unfixed in 0.23), which
         # killed vkbridge during a pool outage in the long-outage scenario and can mix two connections'
         # bytes. Correctness first; the cost is measured in bench/README.md.
+        limit_tls_read_buffer()
         return int(asyncio.run(_main(settings)))
     except KeyboardInterrupt:
         return 0
