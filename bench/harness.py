@@ -46,6 +46,13 @@ def common_args(p: argparse.ArgumentParser) -> None:
         help="extra vkbridge flag (repeat): --vk-arg=--client-qps=200",
     )
     p.add_argument("--pod-workers", type=int, default=10, help="vkbridge --pod-reflection-workers")
+    p.add_argument(
+        "--kubelet-events",
+        choices=("warnings", "all"),
+        default="warnings",
+        help="Events the fake pool workers post: all = a real kubelet's (Pulled/Created/Started per "
+        "container), which the VK watches and copies home; warnings (default) keeps the testbed lighter",
+    )
 
 
 def parse_vk_args(ap: argparse.ArgumentParser, argv: list[str] | None, measures: str) -> argparse.Namespace:
@@ -120,7 +127,7 @@ def testbed_for(args: argparse.Namespace, tb: Testbed | None, nodes: int, **extr
         return
     opts = TestbedOptions(
         nodes=nodes, impl=args.impl, isolate=args.isolate, workdir=args.workdir, keep=args.keep,
-        vk_args=args.vk_arg, pod_workers=args.pod_workers, **extra,
+        vk_args=args.vk_arg, pod_workers=args.pod_workers, kubelet_events=args.kubelet_events, **extra,
     )  # fmt: skip
     with Testbed(opts) as fresh:
         yield fresh

@@ -75,6 +75,7 @@ class TestbedOptions:
     kcm_qps: int | None = None
     vk_args: list[str] = field(default_factory=list)
     pod_workers: int = 10
+    kubelet_events: str = "warnings"  # what the fake pool workers post ("all": a real kubelet's)
     workdir: Path | None = None
     keep: bool = False
     tracemalloc: bool = (
@@ -158,7 +159,7 @@ class Testbed:
         nodes = [f"pool-worker-{i}" for i in range(self.opts.nodes)]
         self.fake = launch_fake_kubelets(
             self.pool.admin_kubeconfig, nodes, cert, key, self.work / "fakekubelet", no_exec=True,
-            events="warnings", log_level="warning", timeout=120,
+            events=self.opts.kubelet_events, log_level="warning", timeout=120,
         )  # fmt: skip
         self._start_tunnel()
         self.bundle = create_bundle(
@@ -273,6 +274,7 @@ class Testbed:
             "impl": self.opts.impl,
             "isolated": self.isolated,
             "isolation": self.isolation(),
+            "kubelet_events": self.opts.kubelet_events,
             "vk_start_attempts": self.vk_start_attempts,
             "vk_restarts": self.vk_restarts,
             "vk_alive": self.vk.alive() if self.vk else None,

@@ -154,6 +154,8 @@ class RemoteEventReflector(PairReflector[EventPair]):
             field_selector=REMOTE_EVENT_SELECTOR,
             name=f"pool/events@{remote}",
             inactivity_timeout=self.inactivity_timeout,
+            # A real kubelet posts ~4 Events per pod, kept an hour: as dicts they outweigh the pod caches.
+            compact=True,
         )
         pair = EventPair(local=local, remote=remote, cache=cache)
         cache.subscribe(lambda t, old, new: self._on_remote(pair, t, old, new))
@@ -172,7 +174,7 @@ class RemoteEventReflector(PairReflector[EventPair]):
         log.debug(
             "event reflection ready", namespace=pair.local, copies=len(pair.copies), remote=len(pair.cache)
         )
-        names = set(pair.copies) | {name_of(ev) for ev in pair.cache.list()}
+        names = set(pair.copies) | {key.split("/", 1)[1] for key in pair.cache.keys()}
         for name in names:
             self.queue.add(f"{pair.local}/{name}")
 
