@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -83,6 +84,10 @@ class TestbedOptions:
     )
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 class Testbed:
     """Everything a benchmark runs against; `with Testbed(opts) as tb:` brings it up and tears it down."""
 
@@ -119,6 +124,10 @@ class Testbed:
     # -- lifecycle
 
     def __enter__(self) -> Testbed:
+        if threading.current_thread() is threading.main_thread():
+            # TERM's default action exits at once and leaves both planes, the workers and the VK running;
+            # as KeyboardInterrupt it unwinds through __exit__, which stops them.
+            signal.signal(signal.SIGTERM, _interrupt)
         start_or_stop(self.start, self.stop)
         return self
 
