@@ -7,13 +7,15 @@ what the pool holds for every ShadowPod it shows (restart safety, invariant 6). 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any
 
 from reflectors.forge import constants as c
 from reflectors.forge import pods as fp
+from reflectors.forge.shadowpod import controlling_shadow_uid
 from vkbridge.grant import Admission, Decision, spec_requests
+from vkbridge.kube.cache import object_key
 from vkbridge.logs import get_logger
 
 log = get_logger("reflectors.pods")
@@ -31,6 +33,34 @@ def holds_share(
     return not (
         (local is not None and fp.is_terminal(local)) or (remote is not None and fp.is_terminal(remote))
     )
+
+
+class FinishedPods:
+    """Which pods of one cache are Succeeded/Failed, kept from its change feed (subscribe ``track``), so a
+    ShadowPod event learns whether its pods finished without decoding them from the compact caches."""
+
+    def __init__(self) -> None:
+        self._owners: dict[str, str | None] = {}  # finished pod key -> the ShadowPod controlling it
+
+    def track(self, _type: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        if new is not None and fp.is_terminal(new):
+            self._owners[object_key(new)] = controlling_shadow_uid(new)
+        else:
+            self._owners.pop(object_key(obj), None)
+
+    def finished(self, key: str) -> bool:
+        return key in self._owners
+
+    def finished_for(self, key: str, shadow: Mapping[str, Any]) -> bool:
+        """A finished remote pod that is ``shadow``'s, by `remote_pod_of`'s rule: one controlled by another
+        ShadowPod (an earlier one of the same name) is not."""
+        if key not in self._owners:
+            return False
+        owner = self._owners[key]
+        return owner is None or owner == fp.uid_of(shadow)
 
 
 class PodCharges:
@@ -65,16 +95,43 @@ class PodCharges:
     ) -> None:
         """Make the ledger hold what the pool holds for an existing ShadowPod: its charge, fit or not
         (after a restart, or after the grant shrank), or nothing once the pod finished or the ShadowPod
-        is being deleted (`holds_share`). Called on every ShadowPod event and every handle."""
+        is being deleted (`holds_share`). Called on every handle; `account_seen` on ShadowPod events."""
         if not holds_share(local, shadow, remote):
             self.release(key)
             return
-        charge_key = self._charge_key(key, local, shadow)
+        self._hold(key, shadow, lambda: local)
+
+    def account_seen(
+        self,
+        key: str,
+        shadow: Mapping[str, Any],
+        *,
+        finished: bool,
+        read_local: Callable[[], Mapping[str, Any] | None],
+    ) -> None:
+        """`account` for a ShadowPod event, with the same result: ``finished`` says whether the local pod or
+        the ShadowPod's remote pod is Succeeded/Failed (`FinishedPods`), and the local pod is read only to
+        key or make a charge, not on every event (two decodes of compact caches per event otherwise)."""
+        if finished or not holds_share(None, shadow, None):
+            self.release(key)
+            return
+        self._hold(key, shadow, read_local)
+
+    def _hold(
+        self, key: str, shadow: Mapping[str, Any], read_local: Callable[[], Mapping[str, Any] | None]
+    ) -> None:
+        """Charge the ShadowPod under the UID it records; else (made by Liqo's VK or an older vkbridge) the
+        UID of the local pod of that name; else (no such pod: the ShadowPod is deleted next) the name."""
+        recorded = fp.annotations_of(shadow).get(c.LOCAL_POD_UID_ANNOTATION)
+        local = None if recorded else read_local()
+        charge_key = str(recorded or fp.uid_of(local) or key)
         held = self.charged.get(key)
         if held == charge_key and self.admission.is_admitted(charge_key):
             return
         if held is not None:
             self.release(key)  # the ShadowPod of that name is another pod's now: one charge per name
+        if recorded:
+            local = read_local()
         spec = (shadow.get("spec") or {}).get("pod") or {}
         try:
             overhead = fp.spec_of(local).get("overhead") if local is not None else None
@@ -84,13 +141,6 @@ class PodCharges:
             return
         self.admission.force_charge(charge_key, requests)
         self.charged[key] = charge_key
-
-    @staticmethod
-    def _charge_key(key: str, local: Mapping[str, Any] | None, shadow: Mapping[str, Any]) -> str:
-        """The UID the ShadowPod records; else (made by Liqo's VK or an older vkbridge) the UID of the local
-        pod of that name; else (no such pod: the ShadowPod is deleted next) the name."""
-        recorded = fp.annotations_of(shadow).get(c.LOCAL_POD_UID_ANNOTATION)
-        return str(recorded or fp.uid_of(local) or key)
 
     def release_gone(self, key: str, shadow: Mapping[str, Any] | None) -> None:
         """The ShadowPod left the pool: its share goes, unless the charge is a newer pod's already."""

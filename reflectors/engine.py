@@ -14,13 +14,13 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from reflectors.charges import FinishedPods
 from reflectors.configuration import ConfigurationNotReady, ConfigurationReflector
 from reflectors.context import ReflectionContext
 from reflectors.fallback import FallbackReflector
 from reflectors.forge import constants as c
 from reflectors.forge import names as fnames
 from reflectors.forge import pods as fp
-from reflectors.forge.shadowpod import remote_pod_of
 from reflectors.generic import PoolUnavailable, Reflector, count_result
 from reflectors.pairs import NamespacePair, new_pair, remote_selector
 from reflectors.pods import PodReflector
@@ -141,6 +141,8 @@ class ReflectionEngine:
         self._ns_pods: Counter[str] = Counter()  # local pods of our node per namespace
         self._gated: set[str] = set()  # pods waiting before admission for another pair to sync
         self.pods.admission_gate = self._admission_gate
+        self._finished = FinishedPods()  # local pods Succeeded/Failed, for _account
+        self.local_pods.subscribe(self._finished.track)
         self.local_pods.subscribe(self._on_local)
         self.namespace_maps.subscribe(lambda *_: self._pairs_dirty.set())
         ctx.reach.subscribe(self._on_pool)
@@ -219,7 +221,9 @@ class ReflectionEngine:
     def _start_pair(self, local: str, remote: str) -> None:
         assert self._tg is not None
         pair = new_pair(self.ctx.pool, local, remote, self._selector, self.queue.add, self.inactivity_timeout)
-        pair.shadows.subscribe(lambda _t, old, new: self._account(pair, old, new))
+        finished = FinishedPods()  # its remote pods Succeeded/Failed
+        pair.remote_pods.subscribe(finished.track)
+        pair.shadows.subscribe(lambda _t, old, new: self._account(pair, finished, old, new))
         for cache in pair.caches():
             pair.tasks.append(self._tg.create_task(cache.run(), name=f"cache-{cache.name}"))
         for reflector in self.reflectors:
@@ -307,17 +311,24 @@ class ReflectionEngine:
         return [r for r in self.reflectors if r.gates_pods]
 
     def _account(
-        self, pair: NamespacePair, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
+        self,
+        pair: NamespacePair,
+        remote_finished: FinishedPods,
+        old: Mapping[str, Any] | None,
+        new: Mapping[str, Any] | None,
     ) -> None:
         """ShadowPods count against the grant from the moment we see them (restart safety), and stop
-        counting the moment they finish, are being deleted or are gone."""
+        counting the moment they finish, are being deleted or are gone. Whether its pods finished comes
+        from their change feeds: the local pod is decoded only to make a charge."""
         name = fp.name_of(new if new is not None else old)
         key = f"{pair.local}/{name}"
         if new is None:
             self.pods.charges.release_gone(key, old)
             return
-        remote = remote_pod_of(new, pair.remote_pods.get(f"{pair.remote}/{name}"))
-        self.pods.charges.account(key, self.local_pods.get(key), new, remote)
+        finished = self._finished.finished(key) or remote_finished.finished_for(f"{pair.remote}/{name}", new)
+        self.pods.charges.account_seen(
+            key, new, finished=finished, read_local=lambda: self.local_pods.get(key)
+        )
 
     # ------------------------------------------------------------------------------------------ routing
 

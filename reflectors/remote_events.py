@@ -229,9 +229,11 @@ class RemoteEventReflector(PairReflector[EventPair]):
             pair.by_pod.setdefault(pod, set()).add(name)
         self.queue.add(f"{pair.local}/{name}")
 
-    def _on_local_pod(self, _type: EventType, old: Any, new: Any) -> None:
-        """A pod that appears (or is re-created) gets the remote Events that were waiting for it."""
-        if new is None or (old is not None and uid_of(old) == uid_of(new)):
+    def _on_local_pod(self, type_: EventType, _old: Any, new: Any) -> None:
+        """A pod that appears (or is re-created) gets the remote Events that were waiting for it. A
+        re-created pod is never a MODIFIED (the watch says DELETED then ADDED, and a relist's diff splits a
+        changed UID the same way), so the old pod is not read: decoding it cost ~12 us per local change."""
+        if new is None or type_ == "MODIFIED":
             return
         meta = new.get("metadata") or {}
         pair = self.pairs.get(str(meta.get("namespace", "")))

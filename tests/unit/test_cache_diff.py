@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import logging
@@ -295,6 +296,34 @@ async def test_compact_cache_reads_equal_private_copies_and_diffs_relists() -> N
     await until(lambda: cache.relists == 1, 3.0, "one relist")
     assert rec.events[-2:] == [("DELETED", "a@20", None), ("ADDED", None, "b@25")]
     assert cache.keys() == ["ns/b"]
+    await stop(task)
+
+
+async def test_compact_cache_decodes_the_old_object_of_a_change_only_for_a_subscriber_that_reads_it() -> None:
+    """Most subscribers only ask whether there was an old object: a MODIFIED must not decode it for them,
+    and one that reads it gets exactly the object as it was stored, once decoded for all."""
+    fake = FakeClient()
+    client: Any = fake
+    cache = Cache(client, CONFIGMAPS, "ns", name="compact", inactivity_timeout=5.0, compact=True)
+    olds: list[Any] = []
+    cache.subscribe(lambda _t, old, _new: olds.append(old))
+    fake.list_results = [page("10", obj("a", "1", k="v"))]
+    task = await start(cache)
+    decoded = DecodeCounter(cache)
+    fake.feed.put_nowait(ev("MODIFIED", obj("a", "2", k="w")))
+    fake.feed.put_nowait(ev("MODIFIED", obj("a", "3", k="x")))
+    await until(lambda: len(olds) == 3, 3.0, "two changes seen")
+    assert olds[0] is None and decoded.count == 0  # ADDED by the list; two MODIFIED, nothing decoded yet
+    first, second = olds[1:]
+    assert first == obj("a", "1", k="v") and dict(first) == obj("a", "1", k="v")
+    assert first["metadata"]["resourceVersion"] == "1" and first.get("data") == {"k": "v"}
+    assert decoded.count == 1
+    assert first["data"] is first["data"] and decoded.count == 1  # decoded once, shared by every reader
+    assert second == obj("a", "2", k="w") and decoded.count == 2
+    assert copy.deepcopy(second) == obj("a", "2", k="w") and type(copy.deepcopy(second)) is dict
+    fake.feed.put_nowait(ev("DELETED", obj("a", "4", k="x")))
+    await until(lambda: len(olds) == 4, 3.0, "the delete seen")
+    assert olds[3] == obj("a", "4", k="x") and decoded.count == 2  # a DELETED hands the event's object
     await stop(task)
 
 

@@ -119,3 +119,33 @@ async def test_keys_are_parked_while_the_pool_is_away_and_all_come_back_with_it(
         await eventually(lambda: w.shadows() == {"a", "b"}, 2.0, "both ShadowPods once the pool is back")
         assert w.engine.parked == set()
         assert w.engine.admission.used()["pods"] == 2
+
+
+async def test_a_shadowpod_event_frees_the_share_of_a_pod_that_finished_on_the_pool() -> None:
+    """The grant follows ShadowPod events even where no handle runs (a namespace the pool is removing: its
+    pods are left alone): the remote pod's finish, known from its own feed without decoding it, frees the
+    share at the next event of its ShadowPod, as reading the remote pod there did."""
+    async with world() as w:
+        w.home.put("pods", local_pod("web", NS))
+        await eventually(w.shadows, 2.0, "the ShadowPod")
+        key, uid = f"{NS}/web", w.home.obj("pods", NS, "web")["metadata"]["uid"]  # type: ignore[index]
+        await eventually(lambda: w.engine.pods.charged == {key: uid}, 2.0, "the pod charged")
+        removing = namespace_map((NS,))
+        removing["status"]["currentMapping"][NS]["phase"] = "Terminating"
+        w.home.put("namespacemaps", removing)
+        pair = w.engine.pairs[NS]
+        await eventually(lambda: pair.phase == "Terminating", 2.0, "the pair Terminating")
+        shadow = w.pool.obj("shadowpods", remote_ns(NS), "web")
+        assert shadow is not None
+        owner = {"apiVersion": "offloading.liqo.io/v1beta1", "kind": "ShadowPod", "name": "web",
+                 "uid": shadow["metadata"]["uid"], "controller": True}  # fmt: skip
+        meta = {"name": "web", "namespace": remote_ns(NS), "labels": shadow["metadata"]["labels"]}
+        w.pool.put(
+            "pods", {"metadata": {**meta, "ownerReferences": [owner]}, "status": {"phase": "Succeeded"}}
+        )
+        await eventually(lambda: f"{remote_ns(NS)}/web" in pair.remote_pods, 2.0, "the remote pod cached")
+        await w.idle()
+        assert w.engine.pods.charged == {key: uid}  # no handle frees it while the namespace goes
+        w.pool.put("shadowpods", {**shadow, "status": {"phase": "Running"}})  # the provider mirrors status
+        await eventually(lambda: w.engine.pods.charged == {}, 2.0, "the share freed by the ShadowPod event")
+        assert w.engine.admission.used() == {}

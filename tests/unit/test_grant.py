@@ -642,3 +642,88 @@ def test_waiters_get_their_chance_oldest_first_and_leave_with_their_namespace() 
     assert ledger.waiting_oldest_first() == ["other/old", "team/old", "team/young"]
     ledger.stop_waiting_under("team/")
     assert ledger.waiting_oldest_first() == ["other/old"]
+
+
+def remote_pod_for(phase: str, owner: str | None) -> dict[str, Any]:
+    """The remote pod of ``team/web`` as the pair cache keeps it, controlled by the ShadowPod ``owner``."""
+    refs = [{"kind": "ShadowPod", "name": "web", "uid": owner, "controller": True}] if owner else []
+    meta = {"name": "web", "namespace": "team-remote", "uid": "remote-web", "ownerReferences": refs}
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize("charged_before", [False, True], ids=["new", "charged"])
+@pytest.mark.parametrize(
+    "remote_state",
+    [None, ("Running", "own"), ("Succeeded", "own"), ("Failed", None), ("Succeeded", "earlier")],
+)
+@pytest.mark.parametrize("shadow_state", ["annotated", "unannotated", "failed", "deleting"])
+@pytest.mark.parametrize("local_phase", [None, "Running", "Succeeded", "Failed"])
+def test_a_shadowpod_event_charges_what_reading_both_pods_would(
+    local_phase: str | None,
+    shadow_state: str,
+    remote_state: tuple[str, str | None] | None,
+    charged_before: bool,
+) -> None:
+    """On a ShadowPod event the engine knows whether its pods finished from their feeds (`FinishedPods`)
+    and reads the local pod only to key or make a charge: the ledger ends as `account` with both pods
+    read leaves it, and a charged pod whose ShadowPod changed is not read at all."""
+    from reflectors.charges import FinishedPods
+    from reflectors.forge.shadowpod import remote_pod_of
+
+    live = cpu_pod("web", "1")
+    local = None if local_phase is None else cpu_pod("web", "1", phase=local_phase)
+    shadow = shadow_of(live, phase="Failed" if shadow_state == "failed" else "Running",
+                       annotate=shadow_state != "unannotated")  # fmt: skip
+    if shadow_state == "deleting":
+        shadow["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
+    remote = None
+    if remote_state is not None:
+        phase, whose = remote_state
+        remote = remote_pod_for(
+            phase, {"own": shadow["metadata"]["uid"], "earlier": "shadow-earlier"}.get(whose or "")
+        )
+    by_reading, by_feeds = Books(), Books()
+    if charged_before:
+        for books in (by_reading, by_feeds):
+            books.restart_finds(live, shadow_of(live))
+    by_reading.pods.account("team/web", local, shadow, remote_pod_of(shadow, remote))
+
+    local_done, remote_done = FinishedPods(), FinishedPods()
+    for feed, obj in ((local_done, local), (remote_done, remote)):
+        if obj is not None:
+            feed.track("ADDED", None, obj)
+    reads: list[None] = []
+
+    def read_local() -> dict[str, Any] | None:
+        reads.append(None)
+        return local
+
+    finished = local_done.finished("team/web") or remote_done.finished_for("team-remote/web", shadow)
+    by_feeds.pods.account_seen("team/web", shadow, finished=finished, read_local=read_local)
+    assert by_feeds.pods.charged == by_reading.pods.charged
+    assert by_feeds.admission.used() == by_reading.admission.used()
+    assert by_feeds.admission.admitted() == by_reading.admission.admitted()
+    assert len(reads) <= 1
+    if charged_before and shadow_state == "annotated":
+        assert reads == []
+
+
+def test_finished_pods_follow_their_feed() -> None:
+    from reflectors.charges import FinishedPods
+
+    feed = FinishedPods()
+    running, done = remote_pod_for("Running", "shadow-1"), remote_pod_for("Succeeded", "shadow-1")
+    feed.track("ADDED", None, running)
+    assert not feed.finished("team-remote/web")
+    feed.track("MODIFIED", running, done)
+    assert feed.finished("team-remote/web")
+    assert feed.finished_for("team-remote/web", {"metadata": {"uid": "shadow-1"}})
+    assert not feed.finished_for("team-remote/web", {"metadata": {"uid": "shadow-2"}})  # an earlier pod's
+    feed.track("MODIFIED", done, running)
+    assert not feed.finished("team-remote/web")
+    feed.track("MODIFIED", running, done)
+    feed.track("DELETED", done, None)
+    assert not feed.finished("team-remote/web")
+    unowned = remote_pod_for("Failed", None)
+    feed.track("ADDED", None, unowned)
+    assert feed.finished_for("team-remote/web", {"metadata": {"uid": "any"}})

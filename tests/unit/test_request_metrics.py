@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
@@ -86,3 +88,33 @@ def test_request_metrics_counts_by_server_verb_resource_and_code() -> None:
     assert value(server="pool", verb="watch", resource="pods", code="error") == 1
     assert value(server="consumer", verb="patch", resource="pods/status", code="200") == 1
     assert value(server="off", verb="get", resource="pods", code="200") is None
+
+
+def test_each_label_set_is_looked_up_once_and_counts_every_request() -> None:
+    """``labels()`` validates and locks on each call: the child of a label set is kept, and still counts."""
+    reg = CollectorRegistry()
+    counter = Counter("t_requests", "t", ["server", "verb", "resource", "code"], registry=reg)
+    looked_up: list[tuple[str, ...]] = []
+
+    class Watched:
+        def labels(self, *values: str) -> Any:
+            looked_up.append(values)
+            return counter.labels(*values)
+
+    pool = RequestMetrics(Watched(), "pool")
+    for _ in range(3):
+        pool.observe(("create", "shadowpods"), 201)
+        pool.observe(("patch", "pods/status"), 200)
+        pool.observe(("watch", "pods"), None)
+    pool.observe(("create", "shadowpods"), 409)
+    assert looked_up == [
+        ("pool", "create", "shadowpods", "201"),
+        ("pool", "patch", "pods/status", "200"),
+        ("pool", "watch", "pods", "error"),
+        ("pool", "create", "shadowpods", "409"),
+    ]
+    labels = {"server": "pool", "verb": "create", "resource": "shadowpods"}
+    assert reg.get_sample_value("t_requests_total", {**labels, "code": "201"}) == 3
+    assert reg.get_sample_value("t_requests_total", {**labels, "code": "409"}) == 1
+    assert reg.get_sample_value("t_requests_total", {**labels, "verb": "watch", "resource": "pods",
+                                                     "code": "error"}) == 3  # fmt: skip

@@ -6,15 +6,17 @@ emitted; a transport error reconnects from the last resourceVersion after a jitt
 silence longer than ``inactivity_timeout`` (a tunnel cuts idle streams at ~100 s) re-watches.
 
 Subscribers are called synchronously on the loop after the store is updated, so a handler that only
-enqueues the key and later reads the cache always sees the new state.
+enqueues the key and later reads the cache always sees the new state. A compact cache hands them the
+previous object of a MODIFIED as a ``StoredObject``, decoded only if one reads it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, Literal
 
 import orjson
@@ -26,13 +28,13 @@ from vkbridge.kube.resources import Resource
 from vkbridge.kube.waiting import wait_event
 from vkbridge.logs import get_logger
 
-__all__ = ["Cache", "EventType", "Handler", "diff_stores", "object_key"]
+__all__ = ["Cache", "EventType", "Handler", "StoredObject", "diff_stores", "object_key"]
 
 log = get_logger(__name__)
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 Obj = dict[str, Any]
-Handler = Callable[[EventType, Obj | None, Obj | None], None]
+Handler = Callable[[EventType, Mapping[str, Any] | None, Obj | None], None]
 Change = tuple[EventType, Obj | None, Obj | None]
 Objs = list[Obj]
 Keys = list[str]
@@ -45,7 +47,7 @@ BACKOFF_CAP: Final = 30.0
 MIN_HEALTHY_WATCH: Final = 1.0
 
 
-def object_key(obj: Obj) -> str:
+def object_key(obj: Mapping[str, Any]) -> str:
     """client-go's MetaNamespaceKey: ``namespace/name``, or ``name`` when cluster-scoped."""
     meta = obj.get("metadata") or {}
     ns = meta.get("namespace")
@@ -88,6 +90,39 @@ def diff_stores(old: dict[str, Obj], new: dict[str, Obj]) -> list[Change]:
         elif _uid(before) == _uid(after) and _rv(before) != _rv(after):
             adds.append(("MODIFIED", before, after))
     return changes + adds
+
+
+class StoredObject(Mapping[str, Any]):
+    """The previous version of an object in a compact cache, decoded on first read. Most subscribers only
+    ask whether there was one (``old is None``) or read it on DELETED, where it is the event's own object;
+    decoding every MODIFIED's old pod cost ~15 us for nobody. A read-only Mapping, not a dict: copy it with
+    ``dict()`` or ``copy.deepcopy`` (which gives the decoded object's copy, never the cache's)."""
+
+    __slots__ = ("_blob", "_decode", "_obj")
+
+    def __init__(self, blob: bytes, decode: Callable[[bytes], Obj]) -> None:
+        self._blob, self._decode = blob, decode
+        self._obj: Obj | None = None
+
+    def _load(self) -> Obj:
+        if self._obj is None:
+            self._obj = self._decode(self._blob)
+        return self._obj
+
+    def __getitem__(self, key: str) -> Any:
+        return self._load()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __repr__(self) -> str:
+        return f"StoredObject({self._load()!r})"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Obj:
+        return copy.deepcopy(self._load(), memo)
 
 
 def _slim(obj: Obj) -> Obj:
@@ -346,6 +381,9 @@ class Cache:
             return out
         return stored
 
+    def _previous(self, stored: Obj | bytes) -> Mapping[str, Any]:
+        return StoredObject(stored, self._unpack) if isinstance(stored, bytes) else stored
+
     def _index(self, key: str) -> None:
         ns, sep, _ = key.partition("/")
         if sep:
@@ -375,7 +413,7 @@ class Cache:
         key = object_key(obj)
         if etype in ("ADDED", "MODIFIED"):
             stored = self._store.get(key)
-            before = None if stored is None else self._unpack(stored)
+            before = None if stored is None else self._previous(stored)
             self._store[key] = self._pack(obj)
             if before is None:
                 self._index(key)
@@ -389,7 +427,7 @@ class Cache:
         if rv:
             self.resource_version = rv
 
-    def _emit(self, etype: EventType, before: Obj | None, after: Obj | None) -> None:
+    def _emit(self, etype: EventType, before: Mapping[str, Any] | None, after: Obj | None) -> None:
         for cb in [*self._subscribers]:
             try:
                 cb(etype, before, after)

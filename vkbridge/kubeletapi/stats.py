@@ -275,7 +275,7 @@ class PodRefs:
         for pod in pods.list():  # once; usually empty (the server is built before the caches sync)
             self._refs[object_key(pod)] = summary_ref(pod)
 
-    def _on_change(self, _type: EventType, old: Obj | None, new: Obj | None) -> None:
+    def _on_change(self, _type: EventType, old: Mapping[str, Any] | None, new: Obj | None) -> None:
         if new is not None:
             self._refs[object_key(new)] = summary_ref(new)
         elif old is not None:
