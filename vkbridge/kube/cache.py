@@ -24,6 +24,7 @@ import orjson
 from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.client import WATCH_OPENED, KubeClient
 from vkbridge.kube.errors import ApiError, TransportError, WatchExpired
+from vkbridge.kube.packing import JsonPacker
 from vkbridge.kube.resources import Resource
 from vkbridge.kube.waiting import wait_event
 from vkbridge.logs import get_logger
@@ -151,12 +152,13 @@ class Cache:
         project: Callable[[Obj], Obj] | None = None,
         compact: bool = False,
     ) -> None:
-        """``project`` keeps only what readers need of each object; ``compact`` keeps each one as JSON
-        bytes, decoded on every read (a pod is ~5 KB as JSON, ~20 KB as Python dicts: with thousands of
-        pods the caches are most of the process; see bench/README.md). Reads then return a private copy."""
+        """``project`` keeps only what readers need of each object; ``compact`` keeps each one as deflated
+        JSON (``kube.packing``), decoded on every read (a pod is ~20 KB as Python dicts, ~220 bytes packed:
+        with thousands of pods the caches are most of the process; see bench/README.md). Reads then return
+        a private copy."""
         self.client = client
         self._project = project
-        self._compact = compact
+        self._packer = JsonPacker() if compact else None
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
@@ -200,14 +202,14 @@ class Cache:
 
     def list_json(self) -> Blobs:
         """Every object as JSON, without decoding a compact cache (a list body is these, joined)."""
-        return [v if isinstance(v, bytes) else orjson.dumps(v) for v in self._store.values()]
+        return [self._json(v) for v in self._store.values()]
 
     def get_json(self, key: str) -> bytes | None:
         """One object as JSON, without decoding a compact cache."""
         stored = self._store.get(key)
         if stored is None:
             return None
-        return stored if isinstance(stored, bytes) else orjson.dumps(stored)
+        return self._json(stored)
 
     def keys(self) -> Keys:
         return [*self._store]
@@ -369,17 +371,21 @@ class Cache:
         return events > 0 or time.monotonic() - started >= MIN_HEALTHY_WATCH
 
     def _pack(self, obj: Obj) -> Obj | bytes:
-        if not self._compact:
-            return obj
-        # orjson returns its growing write buffer as the bytes object, never shrunk: a 2 KB pod keeps
-        # 4-32 KB allocated (20 KB per reflected pod over the three pod caches). Keep an exact copy.
-        return bytes(memoryview(orjson.dumps(obj)))
+        # Deflated against the cache's first object (kube.packing): a bench pod is 3.5 KB as JSON, ~20 KB
+        # as dicts, ~220 bytes packed. (orjson's own bytes would also keep its grown write buffer.)
+        return obj if self._packer is None else self._packer.pack(obj)
 
     def _unpack(self, stored: Obj | bytes) -> Obj:
         if isinstance(stored, bytes):
-            out: Obj = orjson.loads(stored)
-            return out
+            assert self._packer is not None
+            return self._packer.unpack(stored)
         return stored
+
+    def _json(self, stored: Obj | bytes) -> bytes:
+        if isinstance(stored, bytes):
+            assert self._packer is not None
+            return self._packer.unpack_json(stored)
+        return orjson.dumps(stored)
 
     def _previous(self, stored: Obj | bytes) -> Mapping[str, Any]:
         return StoredObject(stored, self._unpack) if isinstance(stored, bytes) else stored
