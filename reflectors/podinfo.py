@@ -25,7 +25,7 @@ from vkbridge.logs import get_logger
 log = get_logger("reflectors.pods")
 
 
-@dataclass
+@dataclass(slots=True)
 class PodInfo:
     """What we remember about one local pod between handles (never persisted: rebuilt on restart)."""
 
@@ -48,7 +48,8 @@ class PodInfo:
     replacing: str | None = None  # UID of an earlier pod's ShadowPod being deleted before ours is created
     gate_message: str | None = None
     told_apiserver_ignored: bool = False
-    told_ephemeral: set[str] = field(default_factory=set)  # ephemeral containers already warned about
+    # Ephemeral containers already warned about (a frozenset: the empty one is shared, as few pods have any).
+    told_ephemeral: frozenset[str] = frozenset()
     resize_generation: Any = None  # metadata.generation last checked for an in-place resize
     resize_message: str | None = None  # why the current resize is Infeasible (None: no resize pending)
     no_remote_since: float | None = None  # ShadowPod seen without a remote pod since
@@ -92,7 +93,7 @@ def tell_not_applied(
     if fp.spec_of(local).get("ephemeralContainers"):
         for name in fn.ephemeral_names(local):
             if name not in info.told_ephemeral:
-                info.told_ephemeral.add(name)
+                info.told_ephemeral |= {name}
                 reason, msg = fn.EVENT_EPHEMERAL_CONTAINER_UNSUPPORTED, fn.ephemeral_unsupported_msg(name)
                 ctx.recorder.event(local, c.EVENT_TYPE_WARNING, reason, msg)
     generation = fp.meta(local).get("generation")
