@@ -317,6 +317,10 @@ def _remote_deletion(consumer: ControlPlane, pool: ControlPlane, bundle: Bundle,
         )
     settle(3.0)
     out = pod_snapshot(consumer, pool, ns, remote, "victim")
+    # The old pod's Killing comes from the pool's kubelet after the pod is gone, when it comes at all: under
+    # load it missed the wait above in one implementation's run and not the other's (CI, lanes side by side).
+    # Whether a remote Event is copied home is pinned by tests/integration/test_remote_events.py.
+    out["events"].pop("Killing/Normal", None)
     new = get(pool, pod_path(remote, "victim"))
     out["after"] = {
         "remote-pod": "none" if new is None else ("same" if new["metadata"]["uid"] == old else "re-created"),
