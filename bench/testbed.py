@@ -44,7 +44,7 @@ from e2e.fakekubelet.node import CAPACITY
 from e2e.fixtures_pool import CONSUMER_ID, SLUG, offload_namespace
 from e2e.liqo_vk import LiqoVkProcess, ensure_foreign_cluster, extra_crds_dir
 from e2e.planes import CONSUMER_SERVICE_CIDR, POOL_SERVICE_CIDR
-from e2e.procs import end_process, start_or_stop
+from e2e.procs import end_process, raise_interrupt, start_or_stop
 from e2e.vkbridge_proc import VkbridgeOptions, VkbridgeProcess
 from e2e.waiting import wait_until
 
@@ -82,10 +82,6 @@ class TestbedOptions:
     tracemalloc: bool = (
         False  # run vkbridge under tracemalloc (memory.py --tracemalloc: slower, for a profile)
     )
-
-
-def _interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 class Testbed:
@@ -127,7 +123,7 @@ class Testbed:
         if threading.current_thread() is threading.main_thread():
             # TERM's default action exits at once and leaves both planes, the workers and the VK running;
             # as KeyboardInterrupt it unwinds through __exit__, which stops them.
-            signal.signal(signal.SIGTERM, _interrupt)
+            signal.signal(signal.SIGTERM, raise_interrupt)
         start_or_stop(self.start, self.stop)
         return self
 
@@ -353,11 +349,7 @@ class Testbed:
             planes = [getattr(self, n, None) for n in ("consumer", "pool")]
             dirs = ", ".join(str(p.base_dir) for p in planes if p is not None)
             say(f"testbed kept for inspection; admin.kubeconfig in {dirs}; Ctrl-C to tear it down")
-
-            def interrupt(_sig: int, _frame: object) -> None:
-                raise KeyboardInterrupt
-
-            previous = signal.signal(signal.SIGTERM, interrupt)  # `kill` too tears it down cleanly
+            previous = signal.signal(signal.SIGTERM, raise_interrupt)  # `kill` too tears it down cleanly
             try:
                 with contextlib.suppress(KeyboardInterrupt):
                     while True:

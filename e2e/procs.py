@@ -19,6 +19,12 @@ from typing import IO
 log = logging.getLogger(__name__)
 
 
+def raise_interrupt(signum: int, _frame: object) -> None:
+    """A SIGTERM handler: TERM unwinds like Ctrl-C (finally blocks, context exits, atexit), where its
+    default action exits at once and leaves every process the harness started running."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def end_process(
     popen: subprocess.Popen[bytes], grace: float, sig: int = signal.SIGTERM, name: str = ""
 ) -> int:

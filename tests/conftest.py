@@ -2,7 +2,8 @@
 
 import importlib.util
 import signal
-from types import FrameType
+
+from e2e.procs import raise_interrupt
 
 pytest_plugins = [
     name
@@ -29,12 +30,8 @@ else:
     _hypothesis_settings.load_profile("vkbridge")
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def pytest_configure() -> None:
     """SIGTERM (CI's timeout, hack/test.sh ending a lane) ends the session like Ctrl-C: pytest tears the
     session's fixtures down and the atexit handlers end the planes and workers; TERM's default action would
     exit at once and leave them all running."""
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
