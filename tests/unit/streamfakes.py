@@ -13,7 +13,7 @@ class HeldTransport(asyncio.Transport):
 
     HIGH, LOW = 64 * 1024, 16 * 1024
 
-    def __init__(self, protocol: SpdyConnection) -> None:
+    def __init__(self, protocol: asyncio.BaseProtocol) -> None:
         super().__init__()
         self.protocol = protocol
         self.out = bytearray()
@@ -53,6 +53,18 @@ class HeldTransport(asyncio.Transport):
     def close(self) -> None:
         self._closing = True
 
+    def abort(self) -> None:
+        self._closing = True
+
+
+def held_connection() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, HeldTransport]:
+    """A real StreamReader/StreamWriter on a HeldTransport: the pool's connection, fed by ``feed_data``."""
+    reader = asyncio.StreamReader()
+    protocol = asyncio.StreamReaderProtocol(reader)
+    transport = HeldTransport(protocol)
+    protocol.connection_made(transport)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, asyncio.get_running_loop()), transport
+
 
 def framing(*streams: tuple[int, str]) -> tuple[SpdyConnection, HeldTransport, spdy.FrameEncoder]:
     conn = SpdyConnection()
@@ -69,6 +81,9 @@ def framing(*streams: tuple[int, str]) -> tuple[SpdyConnection, HeldTransport, s
 class CollectingTransport:
     def is_closing(self) -> bool:
         return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0  # everything written has left
 
     def abort(self) -> None:
         return None

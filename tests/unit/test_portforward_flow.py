@@ -1,4 +1,4 @@
-"""Port-forward over the SPDY front: pool output waits for a slow client; a reset pair is forgotten.
+"""Port-forward: pool output waits for a slow client; a reset pair is forgotten; a lost pool ends it.
 
 In memory: the front is a SpdyConnection on a transport that holds what we write until the test reads
 it (asyncio's write flow control); the pool is a PoolPortForward on a StreamReader the test feeds.
@@ -11,8 +11,8 @@ import asyncio
 import pytest
 
 from tests.unit.streamfakes import CollectingWriter, HeldTransport, framing
-from vkbridge.kubeletapi.streams import spdy
-from vkbridge.kubeletapi.streams.portforward import PoolPortForward, SpdyPortForward
+from vkbridge.kubeletapi.streams import portforward, spdy
+from vkbridge.kubeletapi.streams.portforward import PoolPortForward, SpdyPortForward, WsPortForward
 from vkbridge.kubeletapi.streams.spdyconn import SpdyConnection
 
 CHUNK = 32 * 1024
@@ -82,3 +82,49 @@ async def test_a_refused_stream_is_not_kept() -> None:
     conn, _, client, _, _ = await forwarding()
     conn.data_received(client.encode(spdy.SynStream(5, {"streamtype": ["bogus"], "port": ["80"]})))
     assert 5 not in conn.streams
+
+
+NOTICE = 0.2  # LOST_NOTICE_TIMEOUT in these tests
+
+
+async def test_a_lost_pool_ends_the_session_though_the_client_reads_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(portforward, "LOST_NOTICE_TIMEOUT", NOTICE)
+    conn, transport, client, reader, session = await forwarding()
+    conn.data_received(client.encode(spdy.Ping(1)) * 6000)  # 72 KB of echoes the client does not read
+    assert len(transport.out) > HeldTransport.HIGH and transport.reading  # writes paused, reads not
+    running = asyncio.create_task(session.run())
+    reader.feed_eof()  # the tunnel is cut
+    async with asyncio.timeout(NOTICE + 5):
+        outcome = await running
+    assert outcome == "pool connection lost: the pool closed the connection"
+    assert not session._tasks and transport.is_closing()
+    frames = spdy.FrameDecoder().feed(bytes(transport.out))  # what a client reading late still gets
+    told = b"".join(f.data for f in frames if isinstance(f, spdy.Data) and f.stream_id == 1)
+    assert b"lost its connection to the pool" in told
+
+
+async def test_a_lost_pool_ends_a_websocket_session_though_the_client_reads_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(portforward, "LOST_NOTICE_TIMEOUT", NOTICE)
+    reader = asyncio.StreamReader()
+    pool = PoolPortForward(reader, CollectingWriter())  # type: ignore[arg-type]
+    pool._read_task = asyncio.create_task(pool._read_loop())
+    sent: list[tuple[int, bytes]] = []
+
+    async def send(channel: int, payload: bytes) -> None:
+        sent.append((channel, payload))
+        if len(sent) > 2:  # after the two port prefixes the client's socket is full: nothing leaves
+            await asyncio.Event().wait()
+
+    session = WsPortForward(pool, [8080], send)
+    await session.start()
+    waiting = asyncio.create_task(session.wait(asyncio.Event().wait()))
+    reader.feed_eof()
+    async with asyncio.timeout(NOTICE + 5):
+        outcome = await waiting
+    assert outcome == "pool connection lost: the pool closed the connection"
+    assert sent[2][0] == 1 and b"lost its connection to the pool" in sent[2][1]  # it was tried
+    await pool.close()

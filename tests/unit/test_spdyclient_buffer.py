@@ -7,22 +7,12 @@ from __future__ import annotations
 
 import asyncio
 
+from tests.unit.streamfakes import CollectingWriter
 from vkbridge.kubeletapi.streams import spdy
 from vkbridge.kubeletapi.streams.channels import STDOUT, StreamOptions
 from vkbridge.kubeletapi.streams.spdyclient import OUTPUT_BUFFER_MAX, SpdyPoolStream
 
 READ_SIZE = 65536  # what the read loop takes from the connection at a time
-
-
-class CollectingWriter:
-    def __init__(self) -> None:
-        self.written = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    async def drain(self) -> None:
-        return None
 
 
 async def opened(reader: asyncio.StreamReader, pool: spdy.FrameEncoder) -> SpdyPoolStream:

@@ -11,7 +11,9 @@ the kubelet's ``v4.channel.k8s.io`` port-forward framing (one connection per ``?
 Buffers are bounded: bytes the pool has not taken yet pause the reading of the front connection,
 and the pool's reader waits for the front's socket to drain. A lost pool connection (the tunnel cut)
 writes why on every open pair's error stream and ends the whole session, as a kubelet whose runtime
-went away does: kubectl prints it and exits with "lost connection to pod".
+went away does: kubectl prints it and exits with "lost connection to pod". Telling is best effort
+within ``LOST_NOTICE_TIMEOUT``: a client that does not read does not keep the session. Our echoes of
+the pool's PINGs are bounded as the exec dialer's are (``spdyclient.hold_for_backlog``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from vkbridge.kubeletapi.sniffer import keepalive
 from vkbridge.kubeletapi.streams import spdy
 from vkbridge.kubeletapi.streams.channels import PORTFORWARD
 from vkbridge.kubeletapi.streams.pooldial import PoolDialer
-from vkbridge.kubeletapi.streams.spdyclient import close_upgraded, spdy_upgrade
+from vkbridge.kubeletapi.streams.spdyclient import close_upgraded, hold_for_backlog, spdy_upgrade
 from vkbridge.kubeletapi.streams.spdyconn import SpdyConnection, SpdyStream
 from vkbridge.logs import get_logger
 
@@ -56,6 +58,9 @@ _PAUSE_BYTES: Final = 1 << 20  # front bytes queued for the pool before we stop 
 _RESUME_BYTES: Final = 256 * 1024
 _ERROR_LIMIT: Final = 64 * 1024  # a pool error stream is one message; more is dropped
 MAX_PAIRS: Final = 1024  # streams announced but never paired, per connection
+# Telling the clients of a session that the pool was lost is best effort within this; a client that
+# does not read (its TCP window full) would otherwise keep the session and its tasks for ever.
+LOST_NOTICE_TIMEOUT: Final = 5.0
 
 
 class PortForwardError(ValueError):
@@ -250,6 +255,7 @@ class PoolPortForward:
             while data := await self._reader.read(65536):
                 for frame in self._dec.feed(data):
                     await self._on_frame(frame)
+                await hold_for_backlog(self._writer)  # the PING echoes a pool leaves unread
             self.reason = "the pool closed the connection"
         except spdy.SpdyError as exc:
             self.reason = f"SPDY protocol error from the pool: {exc}"
@@ -458,7 +464,9 @@ class SpdyPortForward:
             outcome = "client left"
         else:
             outcome = f"pool connection lost: {self._pool.reason}"
-            await self._tell_lost()
+            with contextlib.suppress(TimeoutError):  # a client that does not read is not waited for
+                async with asyncio.timeout(LOST_NOTICE_TIMEOUT):
+                    await self._tell_lost()
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -553,12 +561,17 @@ class WsPortForward:
             for f in (all_done, lost, gone):
                 f.cancel()
             await asyncio.gather(all_done, lost, gone, return_exceptions=True)  # retrieved: no log noise
-        if all_done.done() and not all_done.cancelled():
+        if all(sink.done.is_set() for sink, _ in self._pairs):  # not all_done: a cancelled gather is done
             return "pod side closed"
         if self._pool.lost.is_set():
-            for sink, pair in self._pairs:
-                if not sink.done.is_set():
-                    with contextlib.suppress(ConnectionError):
-                        await sink.error(lost_message(pair.port, self._pool.reason))
+            with contextlib.suppress(TimeoutError):  # a client that does not read is not waited for
+                async with asyncio.timeout(LOST_NOTICE_TIMEOUT):
+                    await self._tell_lost()
             return f"pool connection lost: {self._pool.reason}"
         return "client left"
+
+    async def _tell_lost(self) -> None:
+        for sink, pair in self._pairs:
+            if not sink.done.is_set():
+                with contextlib.suppress(ConnectionError):
+                    await sink.error(lost_message(pair.port, self._pool.reason))

@@ -24,6 +24,7 @@ __all__ = [
     "SpdyPoolStream",
     "close_upgraded",
     "connect",
+    "hold_for_backlog",
     "host_header",
     "read_body",
     "read_head",
@@ -40,6 +41,10 @@ _OUTPUT_KINDS: Final = {"stdout": STDOUT, "stderr": STDERR, "error": ERROR}
 # Pool output held for a slow home client before we stop reading the pool's connection: beyond it TCP
 # pushes back on the pool, as a WebSocket relay's bounded send does (`cat` of a large file, slow terminal).
 OUTPUT_BUFFER_MAX: Final = 1 << 20
+# Our unsent bytes to the pool above which we stop reading it: the echoes of its PINGs are written
+# without waiting, so a pool (semi-trusted: reached through the tunnel) that sends PINGs and never
+# reads would grow this buffer without end. As the SPDY front's WRITE_BACKLOG_MAX does for its client.
+WRITE_BACKLOG_MAX: Final = 1 << 20
 _T = TypeVar("_T")
 
 
@@ -100,6 +105,7 @@ class SpdyPoolStream(PoolStream):
             while data := await self._reader.read(65536):
                 for frame in self._dec.feed(data):
                     self._on_frame(frame)
+                await hold_for_backlog(self._writer)
                 while self._queued > OUTPUT_BUFFER_MAX:
                     self._drained.clear()
                     await self._drained.wait()
@@ -257,6 +263,15 @@ async def spdy_upgrade(
         if isinstance(exc, (OSError, ssl.SSLError, asyncio.IncompleteReadError, TimeoutError)):
             raise DialError(502, f"the pool stream failed: {type(exc).__name__}: {exc}") from exc
         raise
+
+
+async def hold_for_backlog(writer: asyncio.StreamWriter) -> None:
+    """Between two reads of the pool: wait, not reading it, while our unsent bytes pass the bound.
+
+    A PING echo is written at once (answered promptly); only a pool that leaves them unread waits here.
+    """
+    if writer.transport.get_write_buffer_size() > WRITE_BACKLOG_MAX:
+        await writer.drain()  # paused above the transport's high-water mark: back under its low one
 
 
 async def close_upgraded(read_task: asyncio.Task[None] | None, writer: asyncio.StreamWriter) -> None:
