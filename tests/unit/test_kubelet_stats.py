@@ -4,9 +4,12 @@ from the compact pod cache without decoding it (a fake client feeds the cache; n
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import logging
+import tracemalloc
 from typing import Any
 
+import orjson
 import pytest
 
 from e2e.waiting import eventually
@@ -100,4 +103,51 @@ async def test_pod_refs_follow_the_compact_pod_cache_without_decoding_it() -> No
     fake.feed.put_nowait(WatchExpired("too old"))
     await eventually(lambda: cache.relists == 1, 3.0, "a re-list")  # a re-list's diff reaches the refs too
     assert [r["metadata"]["name"] for r in refs.entries()] == ["three"]
+    await stop(task)
+
+
+def running_pod(i: int) -> Obj:
+    """A pod as the compact cache hands it to subscribers: freshly decoded, sharing no strings."""
+    name = f"web-7d9f8c6b5-{i:05d}"
+    body = {
+        "metadata": {"name": name, "namespace": "team-a", "uid": f"0b6f1f3a-5c1e-4b8e-9d77-{i:012d}",
+                     "creationTimestamp": "2026-12-01T11:00:00Z", "resourceVersion": str(100 + i)},
+        "spec": {"nodeName": "vk", "containers": [{"name": "main", "image": "busybox"}]},
+        "status": {"phase": "Running", "startTime": "2026-12-01T11:00:02Z",
+                   "containerStatuses": [{"name": "main", "state": {"running": {"startedAt": "2026-12-01T11:00:03Z"}}}]},
+    }  # fmt: skip
+    decoded: Obj = orjson.loads(orjson.dumps(body))
+    return decoded
+
+
+async def test_pod_refs_keep_a_few_hundred_bytes_per_pod() -> None:
+    """At 10,000 pods every byte per pod is 10 KB of the VK's memory: kept as dicts a ref cost ~1.3 KB
+    (with the strings of the decoded pod it held), as JSON ~0.5 KB with its key."""
+    fake = FakeClient()
+    client: Any = fake
+    cache = Cache(client, PODS, name="consumer/pods", inactivity_timeout=5.0, backoff_base=0.01, compact=True)
+    fake.list_results = [page("10")]
+    refs = kstats.PodRefs(cache)
+    task = await start(cache)
+    await cache.wait_synced()
+    pods = [running_pod(i) for i in range(1000)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for p in pods:
+            refs._on_change(
+                "ADDED", None, p
+            )  # what the cache's change feed calls, without the cache's own copy
+        del p
+        pods.clear()  # the decoded pods go, as after a real change: only what the refs keep stays
+        gc.collect()
+        per_pod = (tracemalloc.get_traced_memory()[0] - before) / 1000
+    finally:
+        tracemalloc.stop()
+    assert len(refs.entries()) == 1000 and len(refs.running_keys()) == 1000
+    assert per_pod < 700, f"{per_pod:.0f} bytes per pod"
+    assert refs.entries()[0]["status"]["containerStatuses"][0]["state"] == {
+        "running": {"startedAt": "2026-12-01T11:00:03Z"}
+    }
     await stop(task)
