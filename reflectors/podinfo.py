@@ -40,7 +40,7 @@ class PodInfo:
     # (local resourceVersion written over, status written) until the cache shows the write: a handle run
     # by a pool event before our own write comes back must not write the same status again
     status_written: tuple[str, dict[str, Any]] | None = None
-    metadata_sig: tuple[Any, ...] | None = None
+    metadata_sig: int | None = None  # hash of what the ShadowPod's metadata was last checked against
     waiting_message: str | None = None
     config_message: str | None = None
     hinted_no_requests: bool = False
