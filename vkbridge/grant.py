@@ -23,6 +23,7 @@ Rules, mirroring the kube-scheduler's NodeResourcesFit on a node whose allocatab
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -45,6 +46,7 @@ __all__ = [
     "max_resources",
     "parse_resource_list",
     "pod_requests",
+    "shared_charge",
     "sort_resources",
     "spec_requests",
     "subtract_resources",
@@ -259,6 +261,17 @@ class Decision:
 _OK: Final = Decision(DecisionKind.OK)
 
 
+def shared_charge(requests: Mapping[str, Fraction]) -> Mapping[str, Fraction]:
+    """The charge of ``requests``, one read-only object per distinct charge: pods of one template share
+    it (at 10,000 pods a dict and its Fractions each were ~0.5 KB of the VK's memory per pod)."""
+    return _shared_charge(tuple(sorted((name, Fraction(value)) for name, value in requests.items())))
+
+
+@functools.lru_cache(maxsize=1024)
+def _shared_charge(items: tuple[tuple[str, Fraction], ...]) -> Mapping[str, Fraction]:
+    return MappingProxyType(dict(items))
+
+
 class Admission:
     """Ledger of admitted pods against the grant, and the wait-list of pods it refused. Pure and
     single-threaded: own it in one task.
@@ -269,7 +282,7 @@ class Admission:
 
     def __init__(self, grant: Grant | None = None) -> None:
         self._grant = grant or Grant()
-        self._charges: dict[str, ResourceList] = {}
+        self._charges: dict[str, Mapping[str, Fraction]] = {}  # never mutated: see shared_charge
         self._used: ResourceList = {}
         self._waiters: dict[str, str] = {}  # pod key -> creationTimestamp
         self._on_freed: list[Callable[[], None]] = []
@@ -307,7 +320,7 @@ class Admission:
             return _OK
         decision = self.check(requests)
         if decision.ok:
-            charge = {name: Fraction(value) for name, value in requests.items()}
+            charge = shared_charge(requests)
             self._charges[key] = charge
             self._add(charge, 1)
         return decision
@@ -317,7 +330,7 @@ class Admission:
         (after a restart, or after the grant shrank). Idempotent like ``admit``."""
         if key in self._charges:
             return
-        charge = {name: Fraction(value) for name, value in requests.items()}
+        charge = shared_charge(requests)
         self._charges[key] = charge
         self._add(charge, 1)
 

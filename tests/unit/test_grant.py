@@ -22,6 +22,7 @@ from vkbridge.grant import (
     max_resources,
     parse_resource_list,
     pod_requests,
+    shared_charge,
     sort_resources,
 )
 from vkbridge.quantity import QuantityError, parse_quantity
@@ -200,6 +201,25 @@ def test_admit_is_idempotent_and_keeps_the_first_charge() -> None:
     assert ledger.used() == used
     assert ledger.charge("ns/p") == first
     assert len(ledger) == 1
+
+
+def test_pods_of_one_template_share_one_read_only_charge() -> None:
+    ledger = Admission(Grant.from_resource_list(DEFAULT_GRANT))
+    for i in range(3):
+        assert ledger.admit(f"ns/p{i}", requests(cpu="100m", memory="64Mi", pods="1")).ok
+    ledger.force_charge("ns/q", requests(pods="1", memory="64Mi", cpu="100m"))  # same charge, other order
+    assert shared_charge(requests(cpu="100m", memory="64Mi", pods="1")) is shared_charge(
+        requests(pods="1", cpu="100m", memory="64Mi")
+    )
+    with pytest.raises(TypeError):
+        shared_charge(requests(pods="1"))["pods"] = Fraction(2)  # type: ignore[index]
+    copy = ledger.charge("ns/p0")
+    assert copy == requests(cpu="100m", memory="64Mi", pods="1")
+    assert copy is not None
+    copy["cpu"] = Fraction(99)  # the caller's own dict: nobody else's charge moves
+    assert ledger.charge("ns/p1") == requests(cpu="100m", memory="64Mi", pods="1")
+    assert ledger.used() == requests(cpu="400m", memory="256Mi", pods="4")
+    assert ledger.release("ns/p0") and ledger.used() == requests(cpu="300m", memory="192Mi", pods="3")
 
 
 def test_release() -> None:
