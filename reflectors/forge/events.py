@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
+import orjson
+
 from reflectors.forge import constants as c
 from reflectors.forge.jsoncopy import json_copy
 from reflectors.forge.labels import filter_keys, reflected_labels
@@ -43,7 +45,7 @@ COPIED_FIELDS = (
 NOT_REFLECTED = frozenset({("default-scheduler", "Scheduled")})
 # What changes when the pool aggregates a repeated event; timestamps move together with count/series.
 MUTABLE_FIELDS = ("reason", "message", "type", "count", "series")
-# What we remember of a local copy and send on update: the aggregated fields and the times moving with them.
+# What an update sends: the aggregated fields and the times moving with them.
 TRACKED_FIELDS = (*MUTABLE_FIELDS, "lastTimestamp", "eventTime")
 
 
@@ -115,24 +117,15 @@ def forge_local_event(
     return event
 
 
-def event_needs_update(existing: ReadObj, desired: ReadObj) -> bool:
-    """True when the pool aggregated the event further (count, series or message moved).
+def aggregation_digest(event: ReadObj) -> int:
+    """What tells that the pool aggregated the event further (count, series or message moved), hashed.
 
-    Timestamps are not compared on their own: they only move with ``count``/``series``, and one that came
-    from ``now`` would otherwise differ on every forge.
+    A local copy's digest is all we keep of it (~3 copied Events per pod, kept an hour: as the fields
+    themselves ~200 bytes each). Timestamps are not in it: they only move with ``count``/``series``, and
+    one that came from ``now`` would otherwise differ on every forge. Unequal fields with equal digests
+    (one chance in 2**64, Python's keyed hash) would only hold an update back until the next change.
     """
-    return any(existing.get(k) != desired.get(k) for k in MUTABLE_FIELDS)
-
-
-def event_update_body(existing: ReadObj, desired: ReadObj) -> KubeObj:
-    """``existing`` (with its resourceVersion) carrying the desired mutable fields; firstTimestamp stays."""
-    body: KubeObj = json_copy(dict(existing))
-    for field in (*MUTABLE_FIELDS, "lastTimestamp", "eventTime"):
-        if desired.get(field) is None:
-            body.pop(field, None)
-        else:
-            body[field] = json_copy(desired[field])
-    return body
+    return hash(orjson.dumps({k: event.get(k) for k in MUTABLE_FIELDS}, option=orjson.OPT_SORT_KEYS))
 
 
 def local_event(
@@ -153,22 +146,11 @@ def local_event(
     return event
 
 
-def copy_fields(event: ReadObj) -> KubeObj:
-    """The part of an Event that later updates compare and rewrite."""
-    return {k: event[k] for k in TRACKED_FIELDS if event.get(k) is not None}
-
-
-def event_patch(existing: ReadObj, desired: ReadObj) -> KubeObj:
-    """Merge patch taking ``existing`` (tracked fields) to ``desired``; firstTimestamp stays as it was."""
-    patch: KubeObj = {}
-    for key in TRACKED_FIELDS:
-        want = desired.get(key)
-        if want is not None:
-            if existing.get(key) != want:
-                patch[key] = want
-        elif existing.get(key) is not None:
-            patch[key] = None
-    return patch
+def event_patch(desired: ReadObj) -> KubeObj:
+    """Merge patch taking a local copy's tracked fields to ``desired``'s, nulling those it lacks (a no-op
+    where the copy lacks them too); firstTimestamp stays as it was. Every tracked field, not only those
+    that moved: what we wrote last is kept as a digest (``aggregation_digest``), not as fields."""
+    return {key: desired.get(key) for key in TRACKED_FIELDS}
 
 
 def spam_key(local_pod: ReadObj) -> tuple[str, str, str]:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from reflectors.forge import constants as c
-from reflectors.forge.events import event_needs_update, event_update_body, forge_local_event
+from reflectors.forge.events import aggregation_digest, forge_local_event
 
 LOCAL_ID = "c-1a2b3c4d"
 REMOTE_ID = "c0123456789ab"
@@ -171,25 +171,17 @@ def test_now_only_fills_missing_times(times: dict[str, str], expected_first: str
         pytest.param({"lastTimestamp": "2026-11-29T09:59:00Z"}, False, id="timestamp-alone-is-not-a-change"),
     ],
 )
-def test_event_needs_update(change: dict[str, Any], expected: bool) -> None:
+def test_aggregation_digest_moves_with_the_aggregated_fields_only(
+    change: dict[str, Any], expected: bool
+) -> None:
     existing = forge(remote_event())
     desired = forge(remote_event(**change))
     assert existing is not None and desired is not None
-    assert event_needs_update(existing, desired) is expected
+    assert (aggregation_digest(existing) != aggregation_digest(desired)) is expected
 
 
-def test_update_body_keeps_identity_and_first_timestamp() -> None:
-    existing = forge(remote_event())
-    assert existing is not None
-    existing["metadata"]["resourceVersion"] = "77"
-    desired = forge(
-        remote_event(count=9, lastTimestamp="2026-11-29T09:30:00Z", firstTimestamp="2026-11-29T09:01:00Z")
-    )
-    assert desired is not None
-    body = event_update_body(existing, desired)
-    assert body["metadata"]["resourceVersion"] == "77"
-    assert (body["count"], body["lastTimestamp"], body["firstTimestamp"]) == (
-        9,
-        "2026-11-29T09:30:00Z",
-        "2026-11-29T09:00:00Z",
-    )
+def test_aggregation_digest_ignores_key_order_and_fields_it_does_not_track() -> None:
+    series = {"count": 2, "lastObservedTime": "2026-11-29T09:06:00.000000Z"}
+    one = {"reason": "BackOff", "message": "m", "count": 2, "series": series, "metadata": {"name": "a"}}
+    other = {"series": dict(reversed(series.items())), "count": 2, "message": "m", "reason": "BackOff"}
+    assert aggregation_digest(one) == aggregation_digest(other)

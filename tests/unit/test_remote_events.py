@@ -18,7 +18,7 @@ import pytest
 
 from e2e.waiting import eventually
 from reflectors.forge import constants as c
-from reflectors.forge.events import copy_fields, event_patch, local_event, spam_key
+from reflectors.forge.events import event_patch, local_event, spam_key
 from reflectors.remote_events import REMOTE_EVENT_SELECTOR, RemoteEventReflector
 from tests.support.clock import FakeClock
 from tests.support.fakeapi import FakeApi, selects
@@ -142,22 +142,23 @@ def test_local_event_suffix_is_not_doubled() -> None:
     assert event is not None and event["reportingComponent"] == "kubelet (remote)"
 
 
-def test_event_patch_moves_the_aggregated_fields_only() -> None:
-    old = copy_fields(remote_event(count=1, message="m1"))
+def test_event_patch_sets_every_tracked_field_and_leaves_the_first_timestamp() -> None:
     new = remote_event(count=3, message="m3", lastTimestamp="2026-11-29T09:05:00Z", firstTimestamp="X")
-    assert event_patch(old, new) == {"count": 3, "message": "m3", "lastTimestamp": "2026-11-29T09:05:00Z"}
+    assert event_patch(new) == {
+        "reason": new["reason"],
+        "message": "m3",
+        "type": new["type"],
+        "count": 3,
+        "series": None,
+        "lastTimestamp": "2026-11-29T09:05:00Z",
+        "eventTime": None,
+    }
 
 
-def test_event_patch_nulls_fields_that_went_away_and_is_empty_when_equal() -> None:
+def test_event_patch_nulls_fields_that_went_away() -> None:
     series = {"count": 2, "lastObservedTime": "2026-11-29T09:01:00.000000Z"}
-    old = copy_fields(remote_event(series=series))
-    assert event_patch(old, remote_event(series=series)) == {}
-    assert event_patch(old, remote_event()) == {"series": None}
-
-
-def test_copy_fields_keeps_what_updates_compare() -> None:
-    fields = copy_fields(remote_event(eventTime=None))
-    assert set(fields) == {"reason", "message", "type", "count", "lastTimestamp"}
+    assert event_patch(remote_event(series=series))["series"] == series
+    assert event_patch(remote_event())["series"] is None
 
 
 def test_spam_key_is_per_local_pod_incarnation() -> None:
