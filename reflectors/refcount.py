@@ -8,7 +8,11 @@ copy) and "who is waiting for X?" (re-queue those pods when X appears). No I/O, 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Final, NamedTuple
+
+# Distinct reference sets kept for sharing (oldest forgotten first): pods of one template reference the
+# same objects, every pod at least its namespace's kube-root-ca.crt.
+SHARED_SETS: Final = 1024
 
 
 class ObjectRef(NamedTuple):
@@ -43,12 +47,13 @@ class RefIndex:
         self._by_obj: dict[ObjectRef, set[str]] = {}
         self._waiting_by_pod: dict[str, frozenset[ObjectRef]] = {}
         self._waiting_by_obj: dict[ObjectRef, set[str]] = {}
+        self._shared: dict[frozenset[ObjectRef], frozenset[ObjectRef]] = {}
 
     # ------------------------------------------------------------------------------------------ writes
 
     def set_pod(self, pod_key: str, refs: Iterable[ObjectRef]) -> frozenset[ObjectRef]:
         """Record the pod's references (replacing earlier ones); returns objects nothing references now."""
-        new = frozenset(refs)
+        new = self._share(frozenset(refs))
         old = self._by_pod.get(pod_key, frozenset())
         if new:
             self._by_pod[pod_key] = new
@@ -93,6 +98,15 @@ class RefIndex:
         """Forget every pod of ``namespace`` (its reflection stopped): nothing is returned for deletion."""
         for pod_key in {k for k in (*self._by_pod, *self._waiting_by_pod) if _namespace_of(k) == namespace}:
             self.drop_pod(pod_key)
+
+    def _share(self, refs: frozenset[ObjectRef]) -> frozenset[ObjectRef]:
+        """One object per distinct reference set: each pod's own set and refs cost ~0.4 KB at 10,000 pods."""
+        shared = self._shared.get(refs)
+        if shared is None:
+            if len(self._shared) >= SHARED_SETS:
+                del self._shared[next(iter(self._shared))]
+            shared = self._shared[refs] = refs
+        return shared
 
     def _unlink(self, pod_key: str, objs: Iterable[ObjectRef]) -> frozenset[ObjectRef]:
         released: set[ObjectRef] = set()

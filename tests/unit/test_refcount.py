@@ -62,6 +62,25 @@ def test_set_pod_then_drop_releases_only_unshared_objects() -> None:
     assert len(idx) == 0
 
 
+def test_pods_with_equal_references_share_one_set_and_keep_their_own_bookkeeping() -> None:
+    idx = RefIndex()
+    idx.set_pod("team/a", [ObjectRef("Secret", "team", "db"), C1])
+    idx.set_pod("team/b", [C1, ObjectRef("Secret", "team", "db")])
+    assert idx.refs_of("team/a") is idx.refs_of("team/b")  # one set for both
+    assert idx.drop_pod("team/a") == frozenset()  # b still references both
+    assert idx.refs_of("team/b") == {S1, C1}
+    assert idx.drop_pod("team/b") == {S1, C1}
+
+
+def test_reference_sets_kept_for_sharing_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("reflectors.refcount.SHARED_SETS", 4)
+    idx = RefIndex()
+    for i in range(10):
+        idx.set_pod(f"team/p{i}", [ObjectRef("ConfigMap", "team", f"cfg-{i}")])
+    assert len(idx._shared) == 4
+    assert all(idx.refs_of(f"team/p{i}") == {ObjectRef("ConfigMap", "team", f"cfg-{i}")} for i in range(10))
+
+
 def test_drop_unknown_pod_and_double_drop_release_nothing() -> None:
     idx = RefIndex()
     assert idx.drop_pod("team/ghost") == frozenset()
