@@ -6,7 +6,7 @@ spent per 1,000 pods reflected during the step.
     python -m bench.memory [--steps 1000,5000,10000] [--kcm-qps 100]
 
 The controller-managers' client QPS is raised by default (--kcm-qps; Kubernetes' default is 20) only so
-that 10,000 pods exist sooner: it changes nothing vkbridge does per pod. Target (DESIGN §5): <= 250 MB
+that 10,000 pods exist sooner: it changes nothing vkbridge does per pod. Target (DESIGN §5): <= 150 MB
 RSS at 10,000 pods.
 """
 

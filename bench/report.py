@@ -19,7 +19,7 @@ TARGETS = {
     "burst_ratio_at_1000": 1.15,
     "latency_p99_ms": 100.0,
     "writes_per_pod": 3.0,
-    "rss_mb_at_10000": 250.0,
+    "rss_mb_at_10000": 150.0,
 }
 
 
