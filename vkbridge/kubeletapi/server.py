@@ -459,7 +459,7 @@ class KubeletServer:
                 protocols=(protocol,) if offered else (), autoping=True, max_msg_size=WS_MAX_MESSAGE
             )
             await ws.prepare(request)
-            front = WsExecFront(ws, protocol, opts)
+            front = WsExecFront(ws, protocol, opts, request.transport)
             await front.start()
         except BaseException:
             await pool_stream.close()

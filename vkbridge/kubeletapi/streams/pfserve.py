@@ -26,6 +26,7 @@ from vkbridge.kubeletapi.streams.channels import (
 from vkbridge.kubeletapi.streams.poolstream import DialError
 from vkbridge.kubeletapi.streams.portforward import PoolPortForward, PortForwardError, WsPortForward, ws_ports
 from vkbridge.kubeletapi.streams.route import StreamRoute
+from vkbridge.kubeletapi.streams.wsfront import closing_within
 from vkbridge.logs import get_logger
 
 __all__ = ["WS_PORTFORWARD_PROTOCOLS", "websocket"]
@@ -79,7 +80,8 @@ async def websocket(request: web.Request, route: StreamRoute, dial: Dial) -> web
     finally:
         await pool.close()
         with contextlib.suppress(Exception):
-            await ws.close()
+            async with closing_within(request.transport):  # a client that does not read is cut off
+                await ws.close()
     log.info("port-forward ended", pod=f"{route.namespace}/{route.pod}", transport="websocket",
              protocol=protocol or "(none)", ports=",".join(map(str, ports)), outcome=outcome)  # fmt: skip
     return ws

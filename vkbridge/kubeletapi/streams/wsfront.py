@@ -2,12 +2,18 @@
 
 The API server forwards these unchanged: v4 from Python clients always, v5 from kubectl when the node
 declares ``ExtendWebSocketsToKubelet`` (technotes §1.2, §1.6).
+
+The end of a session (last Status, close) is bounded by ``WS_CLOSE_TIMEOUT`` for this front and the
+WebSocket port-forward alike (``closing_within``): aiohttp's ``close()`` waits with no timeout for our
+unsent bytes to leave, so a client that stopped reading would keep the session's task and socket.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, Final
 
 from aiohttp import WSMsgType, web
 
@@ -27,13 +33,48 @@ from vkbridge.kubeletapi.streams.channels import (
 )
 from vkbridge.kubeletapi.streams.relay import ExecFront, Inbound
 
-__all__ = ["WsExecFront"]
+__all__ = ["WS_CLOSE_TIMEOUT", "WsExecFront", "closing_within"]
+
+# A WebSocket's last writes and close get this long, as the SPDY front's CLOSE_GRACE: aiohttp's close()
+# drains our unsent bytes first (no timeout), then waits for the client's CLOSE (10 s).
+WS_CLOSE_TIMEOUT: Final = 5.0
+
+
+@contextlib.asynccontextmanager
+async def closing_within(transport: asyncio.Transport | None) -> AsyncIterator[None]:
+    """Run a WebSocket's last writes and close within WS_CLOSE_TIMEOUT; else abort its connection.
+
+    Aborted, not closed: aiohttp closes the transport when its close() is interrupted, and a closed
+    transport keeps the socket until its buffer has left (over TLS, until the shutdown times out).
+    An interruption (cancellation, a failure) aborts too, and is raised on.
+    """
+    deadline = asyncio.timeout(WS_CLOSE_TIMEOUT)
+    completed = False
+    try:
+        async with deadline:
+            yield
+        completed = True
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+    finally:
+        if not completed and transport is not None:
+            transport.abort()
 
 
 class WsExecFront(ExecFront):
-    def __init__(self, ws: web.WebSocketResponse, protocol: str, opts: StreamOptions) -> None:
+    """``transport`` is the request's: what is aborted when the end of the session is not done in time."""
+
+    def __init__(
+        self,
+        ws: web.WebSocketResponse,
+        protocol: str,
+        opts: StreamOptions,
+        transport: asyncio.Transport | None,
+    ) -> None:
         self.protocol = protocol
         self._ws = ws
+        self._transport = transport
         self._opts = opts
         self._gone = False
 
@@ -78,10 +119,12 @@ class WsExecFront(ExecFront):
         await self._send(channel, data)
 
     async def finish(self, status: dict[str, Any]) -> None:
-        payload = error_payload(self.protocol, status)
-        if payload is not None:
-            await self._send(ERROR, payload)
-        await self._ws.close()
+        async with closing_within(self._transport):
+            payload = error_payload(self.protocol, status)
+            if payload is not None:
+                await self._send(ERROR, payload)
+            await self._ws.close()
 
     async def abort(self) -> None:
-        await self._ws.close()
+        async with closing_within(self._transport):
+            await self._ws.close()
