@@ -2,11 +2,16 @@
 
 The relay speaks only this interface: stdin, stdin EOF and resizes go in; ``(channel, payload)``
 messages come out (1 stdout, 2 stderr, 3 the Status) until the remote command ended.
+
+Our close of the WebSocket is bounded by ``POOL_CLOSE_TIMEOUT`` (``aborting_after``, which the
+kubelet-side fronts share): the pool is semi-trusted and sits behind the tunnel.
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Final
 
@@ -14,9 +19,36 @@ import aiohttp
 
 from vkbridge.kubeletapi.streams.channels import CLOSE, RESIZE, STDIN, V5
 
-__all__ = ["DialError", "PoolStream", "WsPoolStream"]
+__all__ = ["POOL_CLOSE_TIMEOUT", "DialError", "PoolStream", "WsPoolStream", "aborting_after"]
 
 _CHUNK: Final = 32 * 1024
+
+# aiohttp's client close() queues CLOSE, waiting with no timeout while the transport is paused (a pool
+# that stopped reading), then reads until the pool's CLOSE with 10 s per message: a pool that keeps
+# writing never lets it end. As the kubelet-side WS_CLOSE_TIMEOUT.
+POOL_CLOSE_TIMEOUT: Final = 5.0
+
+
+@contextlib.asynccontextmanager
+async def aborting_after(transport: asyncio.Transport | None, seconds: float) -> AsyncIterator[None]:
+    """Run a WebSocket's last writes and close within ``seconds``; else abort its connection.
+
+    Aborted, not closed: aiohttp closes the transport when its close() is interrupted, and a closed
+    transport keeps the socket until its buffer has left (over TLS, until the shutdown times out).
+    An interruption (cancellation, a failure) aborts too, and is raised on.
+    """
+    deadline = asyncio.timeout(seconds)
+    completed = False
+    try:
+        async with deadline:
+            yield
+        completed = True
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+    finally:
+        if not completed and transport is not None:
+            transport.abort()
 
 
 class DialError(Exception):
@@ -60,6 +92,7 @@ class WsPoolStream(PoolStream):
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self._ws = ws
+        self._transport = _transport_of(ws)
         self.protocol = ws.protocol or ""
 
     async def send_stdin(self, data: bytes) -> None:
@@ -82,4 +115,17 @@ class WsPoolStream(PoolStream):
         return f"WebSocket close code {self._ws.close_code}"
 
     async def close(self) -> None:
-        await self._ws.close()
+        async with aborting_after(self._transport, POOL_CLOSE_TIMEOUT):
+            await self._ws.close()
+
+
+def _transport_of(ws: aiohttp.ClientWebSocketResponse) -> asyncio.Transport | None:
+    """The connection's transport, taken while open: aiohttp drops the connection once closing.
+
+    aiohttp has no public way from a client WebSocket to it: its response (private) holds the
+    connection. Looked up leniently, so a renamed attribute costs the abort, not the stream; the
+    unit test of the close would fail then.
+    """
+    conn = getattr(getattr(ws, "_response", None), "connection", None)
+    transport = getattr(conn, "transport", None)
+    return transport if isinstance(transport, asyncio.Transport) else None

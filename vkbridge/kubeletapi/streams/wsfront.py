@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from aiohttp import WSMsgType, web
@@ -31,6 +30,7 @@ from vkbridge.kubeletapi.streams.channels import (
     encode_ws,
     error_payload,
 )
+from vkbridge.kubeletapi.streams.poolstream import aborting_after
 from vkbridge.kubeletapi.streams.relay import ExecFront, Inbound
 
 __all__ = ["WS_CLOSE_TIMEOUT", "WsExecFront", "closing_within"]
@@ -40,26 +40,12 @@ __all__ = ["WS_CLOSE_TIMEOUT", "WsExecFront", "closing_within"]
 WS_CLOSE_TIMEOUT: Final = 5.0
 
 
-@contextlib.asynccontextmanager
-async def closing_within(transport: asyncio.Transport | None) -> AsyncIterator[None]:
+def closing_within(transport: asyncio.Transport | None) -> contextlib.AbstractAsyncContextManager[None]:
     """Run a WebSocket's last writes and close within WS_CLOSE_TIMEOUT; else abort its connection.
 
-    Aborted, not closed: aiohttp closes the transport when its close() is interrupted, and a closed
-    transport keeps the socket until its buffer has left (over TLS, until the shutdown times out).
-    An interruption (cancellation, a failure) aborts too, and is raised on.
+    The pool side's close shares the mechanism (``aborting_after``), with its own bound.
     """
-    deadline = asyncio.timeout(WS_CLOSE_TIMEOUT)
-    completed = False
-    try:
-        async with deadline:
-            yield
-        completed = True
-    except TimeoutError:
-        if not deadline.expired():
-            raise
-    finally:
-        if not completed and transport is not None:
-            transport.abort()
+    return aborting_after(transport, WS_CLOSE_TIMEOUT)
 
 
 class WsExecFront(ExecFront):
