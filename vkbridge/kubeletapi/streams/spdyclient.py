@@ -280,10 +280,12 @@ async def close_upgraded(read_task: asyncio.Task[None] | None, writer: asyncio.S
         read_task.cancel()
         await asyncio.gather(read_task, return_exceptions=True)
     writer.close()
+    closed = False
     with contextlib.suppress(Exception):
         async with asyncio.timeout(1.0):
             await writer.wait_closed()
-    if not writer.transport.is_closing():  # pragma: no cover - close() already started it
+        closed = True
+    if not closed:  # closed is not released: the socket stays until a peer that does not read reads
         writer.transport.abort()
 
 
