@@ -1,8 +1,10 @@
-"""In-memory stand-ins for the two ends of a stream connection (no socket, no Kubernetes API)."""
+"""In-memory stand-ins for the two ends of a stream connection (no socket, no Kubernetes API), and
+what the tests on real loopback sockets share."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 
 from vkbridge.kubeletapi.streams import spdy
 from vkbridge.kubeletapi.streams.spdyconn import SpdyConnection
@@ -107,3 +109,14 @@ class CollectingWriter:
 
     async def wait_closed(self) -> None:
         return None
+
+
+async def read_to_end(sock: socket.socket) -> int:
+    """Everything a raw socket still delivers; returns once it is closed (FIN or RST)."""
+    loop, total = asyncio.get_running_loop(), 0
+    try:
+        while data := await loop.sock_recv(sock, 65536):
+            total += len(data)
+    except ConnectionResetError:
+        pass
+    return total

@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from tests.unit.streamfakes import read_to_end
 from vkbridge.kubeletapi.streams import poolstream
 from vkbridge.kubeletapi.streams.channels import CLOSE, STDIN, STDOUT, V4, V5
 from vkbridge.kubeletapi.streams.poolstream import WsPoolStream
@@ -91,17 +92,6 @@ async def backlog_stdin(pool: WsPoolStream, transport: asyncio.Transport) -> Non
     await pool.send_stdin(bytes(BACKLOG))
     transport.set_write_buffer_limits()
     assert transport.get_write_buffer_size() > BACKLOG // 2
-
-
-async def read_to_end(sock: socket.socket) -> int:
-    """Everything the client's socket still delivers; returns once it is closed (FIN or RST)."""
-    loop, total = asyncio.get_running_loop(), 0
-    try:
-        while data := await loop.sock_recv(sock, 65536):
-            total += len(data)
-    except ConnectionResetError:
-        pass
-    return total
 
 
 async def chatter(sock: socket.socket) -> None:

@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.unit.streamfakes import CollectingWriter
+from tests.unit.streamfakes import CollectingWriter, read_to_end
 from vkbridge.kubeletapi.streams import pfserve, spdy, wsfront
 from vkbridge.kubeletapi.streams.channels import ERROR, STDOUT, V4, StreamOptions, internal_error
 from vkbridge.kubeletapi.streams.portforward import PoolPortForward
@@ -86,17 +86,6 @@ async def silent_client(port: int, path: str) -> socket.socket:
         head += await loop.sock_recv(sock, 1)  # byte by byte: not one byte of the frames
     assert head.startswith(b"HTTP/1.1 101"), head
     return sock
-
-
-async def read_to_end(sock: socket.socket) -> int:
-    """Everything the server's socket still delivers; returns once it is closed (FIN or RST)."""
-    loop, total = asyncio.get_running_loop(), 0
-    try:
-        while data := await loop.sock_recv(sock, 65536):
-            total += len(data)
-    except ConnectionResetError:
-        pass
-    return total
 
 
 async def settle(done: Callable[[], bool]) -> None:
