@@ -19,6 +19,7 @@ from urllib.parse import urlencode, urlsplit
 from vkbridge.kubeletapi.streams import spdy
 from vkbridge.kubeletapi.streams.channels import ERROR, STDERR, STDOUT, StreamOptions
 from vkbridge.kubeletapi.streams.poolstream import DialError, PoolStream
+from vkbridge.kubeletapi.streams.spdyconn import WRITE_BACKLOG_MAX
 
 __all__ = [
     "SpdyPoolStream",
@@ -41,10 +42,6 @@ _OUTPUT_KINDS: Final = {"stdout": STDOUT, "stderr": STDERR, "error": ERROR}
 # Pool output held for a slow home client before we stop reading the pool's connection: beyond it TCP
 # pushes back on the pool, as a WebSocket relay's bounded send does (`cat` of a large file, slow terminal).
 OUTPUT_BUFFER_MAX: Final = 1 << 20
-# Our unsent bytes to the pool above which we stop reading it: the echoes of its PINGs are written
-# without waiting, so a pool (semi-trusted: reached through the tunnel) that sends PINGs and never
-# reads would grow this buffer without end. As the SPDY front's WRITE_BACKLOG_MAX does for its client.
-WRITE_BACKLOG_MAX: Final = 1 << 20
 _T = TypeVar("_T")
 
 
@@ -268,7 +265,9 @@ async def spdy_upgrade(
 async def hold_for_backlog(writer: asyncio.StreamWriter) -> None:
     """Between two reads of the pool: wait, not reading it, while our unsent bytes pass the bound.
 
-    A PING echo is written at once (answered promptly); only a pool that leaves them unread waits here.
+    The echoes of its PINGs are written at once (answered promptly), without waiting: a pool
+    (semi-trusted, behind the tunnel) that sends PINGs and never reads would grow our buffer without
+    end. The bound is the SPDY front's for its client (``spdyconn.WRITE_BACKLOG_MAX``).
     """
     if writer.transport.get_write_buffer_size() > WRITE_BACKLOG_MAX:
         await writer.drain()  # paused above the transport's high-water mark: back under its low one
