@@ -27,7 +27,7 @@ from reflectors.forge import constants as c
 from reflectors.forge.configuration import missing_message
 from reflectors.forge.references import Reference
 from reflectors.generic import PoolUnavailable
-from reflectors.refcount import ObjectRef, RefIndex
+from reflectors.refcount import SHARED_SETS, ObjectRef, RefIndex, _shared
 from tests.support.fakeapi import FakeApi, FakeRecorder
 from tests.support.reflection import LOCAL_ID, REMOTE_ID, reflection_context
 from vkbridge.kube.client import ApiError
@@ -72,13 +72,15 @@ def test_pods_with_equal_references_share_one_set_and_keep_their_own_bookkeeping
     assert idx.drop_pod("team/b") == {S1, C1}
 
 
-def test_reference_sets_kept_for_sharing_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("reflectors.refcount.SHARED_SETS", 4)
+def test_reference_sets_kept_for_sharing_are_bounded() -> None:
     idx = RefIndex()
-    for i in range(10):
+    for i in range(SHARED_SETS + 10):
         idx.set_pod(f"team/p{i}", [ObjectRef("ConfigMap", "team", f"cfg-{i}")])
-    assert len(idx._shared) == 4
-    assert all(idx.refs_of(f"team/p{i}") == {ObjectRef("ConfigMap", "team", f"cfg-{i}")} for i in range(10))
+    assert _shared.cache_info().currsize == SHARED_SETS
+    assert all(
+        idx.refs_of(f"team/p{i}") == {ObjectRef("ConfigMap", "team", f"cfg-{i}")}
+        for i in range(SHARED_SETS + 10)
+    )
 
 
 def test_drop_unknown_pod_and_double_drop_release_nothing() -> None:
