@@ -27,6 +27,7 @@ from vkbridge.kubeletapi.streams.poolstream import WsPoolStream
 
 BOUND = 0.5  # POOL_CLOSE_TIMEOUT for these tests
 BACKLOG = 1 << 20  # the stdin we write the pool that does not read: far past every buffer on the way
+NEAR_LIMIT = 262066  # stdin whose eight frames count 262,138 bytes: the 8-byte CLOSE crosses 256 KiB
 _WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
@@ -174,4 +175,51 @@ async def test_close_to_a_pool_that_answers_is_a_clean_close() -> None:
         await runner.cleanup()
     assert got == [bytes([STDIN]) + b"in", bytes([CLOSE, STDIN])]
     assert pool_saw == [aiohttp.WSCloseCode.OK]
+    assert pool.end_reason() == "WebSocket close code 1000"
+
+
+async def test_a_pool_that_closes_while_not_reading_ends_the_relay_within_the_bound() -> None:
+    """The pool sends its last output and CLOSE but reads none of our stdin: the messages end at the
+    CLOSE and our close is the bounded one. aiohttp's autoclose answered the CLOSE inside receive(),
+    waiting with no timeout on the paused transport: the relay never saw the end. The wait happens when
+    the CLOSE frame (8 bytes) takes aiohttp's count of bytes written since its last drain past 256 KiB,
+    so the test puts the count there first (asserted: it reads aiohttp's private writer)."""
+    async with (
+        silent_pool() as (port, accepted),
+        aiohttp.ClientSession() as session,
+        session.ws_connect(
+            f"http://127.0.0.1:{port}/exec", protocols=(V5, V4), autoclose=poolstream.WS_AUTOCLOSE
+        ) as ws,
+    ):
+        pool_sock = await accepted
+        pool = WsPoolStream(ws)
+        await backlog_stdin(pool, client_transport(ws))  # an even count of frames: aiohttp's count is 0
+        await pool.send_stdin(bytes(NEAR_LIMIT))  # paused, but aiohttp's writer drains only past 256 KiB
+        limit = ws._writer._limit
+        assert limit - 8 < ws._writer._output_size <= limit, "aiohttp's frame accounting changed"
+        loop = asyncio.get_running_loop()
+        close_ok = bytes([0x88, 2]) + aiohttp.WSCloseCode.OK.to_bytes(2, "big")
+        await loop.sock_sendall(pool_sock, bytes([0x82, 2, STDOUT]) + b"x" + close_ok)
+
+        async def collect() -> list[tuple[int, bytes]]:
+            return [m async for m in pool.messages()]
+
+        reading = asyncio.create_task(collect())
+        try:
+            async with asyncio.timeout(BOUND + 2):
+                got = await asyncio.shield(reading)
+        except TimeoutError:
+            pytest.fail("the pool's CLOSE did not end the messages: stuck answering it")
+        finally:
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
+        started = time.monotonic()
+        async with asyncio.timeout(BOUND + 3):
+            await pool.close()
+        took = time.monotonic() - started
+        async with asyncio.timeout(4):
+            received = await read_to_end(pool_sock)
+    assert got == [(STDOUT, b"x")]
+    assert took < BOUND + 1, f"closing took {took:.2f} s"
+    assert received < BACKLOG, "all the stdin was delivered: the connection was not aborted"
     assert pool.end_reason() == "WebSocket close code 1000"

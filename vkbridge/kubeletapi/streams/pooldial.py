@@ -24,7 +24,7 @@ from vkbridge.kube.client import KubeClient
 from vkbridge.kube.kubeconfig import Credentials, ssl_context
 from vkbridge.kube.tokensource import TokenSource
 from vkbridge.kubeletapi.streams.channels import SPDY_PROTOCOLS, V4, V5, WS_MAX_MESSAGE, StreamOptions
-from vkbridge.kubeletapi.streams.poolstream import DialError, PoolStream, WsPoolStream
+from vkbridge.kubeletapi.streams.poolstream import WS_AUTOCLOSE, DialError, PoolStream, WsPoolStream
 from vkbridge.kubeletapi.streams.spdyclient import spdy_dial
 from vkbridge.logs import get_logger
 
@@ -130,6 +130,7 @@ class PoolDialer:
                     ssl=ctx,
                     heartbeat=HEARTBEAT,
                     max_msg_size=WS_MAX_MESSAGE,
+                    autoclose=WS_AUTOCLOSE,
                     autoping=True,
                     proxy=creds.proxy_url or None,
                     server_hostname=creds.tls_server_name or None,

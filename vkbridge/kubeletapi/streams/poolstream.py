@@ -19,7 +19,7 @@ import aiohttp
 
 from vkbridge.kubeletapi.streams.channels import CLOSE, RESIZE, STDIN, V5
 
-__all__ = ["POOL_CLOSE_TIMEOUT", "DialError", "PoolStream", "WsPoolStream", "aborting_after"]
+__all__ = ["POOL_CLOSE_TIMEOUT", "WS_AUTOCLOSE", "DialError", "PoolStream", "WsPoolStream", "aborting_after"]
 
 _CHUNK: Final = 32 * 1024
 
@@ -27,6 +27,11 @@ _CHUNK: Final = 32 * 1024
 # that stopped reading), then reads until the pool's CLOSE with 10 s per message: a pool that keeps
 # writing never lets it end. As the kubelet-side WS_CLOSE_TIMEOUT.
 POOL_CLOSE_TIMEOUT: Final = 5.0
+
+# The pool WebSocket's ``autoclose``, off: aiohttp would answer the pool's CLOSE inside
+# receive() by calling close() itself, outside our bound, and a pool that stopped reading our stdin kept
+# the relay there for good; the iteration ends at the CLOSE instead and our close() is the bounded one.
+WS_AUTOCLOSE: Final = False
 
 
 @contextlib.asynccontextmanager
@@ -94,6 +99,7 @@ class WsPoolStream(PoolStream):
         self._ws = ws
         self._transport = _transport_of(ws)
         self.protocol = ws.protocol or ""
+        self._pool_code: int | None = None
 
     async def send_stdin(self, data: bytes) -> None:
         for i in range(0, len(data), _CHUNK):
@@ -110,13 +116,24 @@ class WsPoolStream(PoolStream):
         async for msg in self._ws:
             if msg.type == aiohttp.WSMsgType.BINARY and msg.data:
                 yield msg.data[0], bytes(msg.data[1:])
+        self._pool_code = self._ws.close_code  # the pool's: an aborted close of ours would say 1006
 
     def end_reason(self) -> str:
-        return f"WebSocket close code {self._ws.close_code}"
+        code = self._ws.close_code if self._pool_code is None else self._pool_code
+        return f"WebSocket close code {code}"
 
     async def close(self) -> None:
         async with aborting_after(self._transport, POOL_CLOSE_TIMEOUT):
             await self._ws.close()
+            await _sent(self._transport)
+
+
+async def _sent(transport: asyncio.Transport | None) -> None:
+    """Until what we wrote has left: aiohttp's close() only closes the transport, which then keeps the
+    socket as long as the pool does not read its rest (our stdin after the pool's CLOSE). Polled: only
+    the protocol (aiohttp's) hears when a closing transport's buffer has left."""
+    while transport is not None and transport.get_write_buffer_size() > 0:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
 
 
 def _transport_of(ws: aiohttp.ClientWebSocketResponse) -> asyncio.Transport | None:
