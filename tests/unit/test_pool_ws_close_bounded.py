@@ -1,5 +1,6 @@
 """Closing our WebSocket to the pool is bounded: a pool that stops reading does not keep the session.
 
+Ours and the closes aiohttp runs inside ``receive()`` (the pool's EOF, a protocol error) alike.
 aiohttp's client ``close()`` queues CLOSE (waiting with no timeout when the transport is paused), then
 reads until the pool's CLOSE, 10 s per message: a pool that never answers takes 10 s, one that keeps
 writing never lets it end. Real loopback sockets and a real aiohttp client; the pool is a raw socket
@@ -23,7 +24,7 @@ from aiohttp import web
 from tests.unit.streamfakes import read_to_end
 from vkbridge.kubeletapi.streams import poolstream
 from vkbridge.kubeletapi.streams.channels import CLOSE, STDIN, STDOUT, V4, V5
-from vkbridge.kubeletapi.streams.poolstream import WsPoolStream
+from vkbridge.kubeletapi.streams.poolstream import PoolWebSocket, WsPoolStream
 
 BOUND = 0.5  # POOL_CLOSE_TIMEOUT for these tests
 BACKLOG = 1 << 20  # the stdin we write the pool that does not read: far past every buffer on the way
@@ -109,7 +110,7 @@ async def test_close_to_a_pool_not_reading_aborts_within_the_bound(pool_side: st
     """``interrupted``: the close is cancelled by its caller before the bound; the socket goes too."""
     async with (
         silent_pool() as (port, accepted),
-        aiohttp.ClientSession() as session,
+        aiohttp.ClientSession(ws_response_class=PoolWebSocket) as session,
         session.ws_connect(f"http://127.0.0.1:{port}/exec", protocols=(V5, V4)) as ws,
     ):
         pool_sock = await accepted
@@ -160,7 +161,7 @@ async def test_close_to_a_pool_that_answers_is_a_clean_close() -> None:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     try:
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(ws_response_class=PoolWebSocket) as session:
             ws = await session.ws_connect(f"http://127.0.0.1:{runner.addresses[0][1]}/exec", protocols=(V5,))
             pool = WsPoolStream(ws)
             await pool.send_stdin(b"in")
@@ -178,15 +179,17 @@ async def test_close_to_a_pool_that_answers_is_a_clean_close() -> None:
     assert pool.end_reason() == "WebSocket close code 1000"
 
 
-async def test_a_pool_that_closes_while_not_reading_ends_the_relay_within_the_bound() -> None:
-    """The pool sends its last output and CLOSE but reads none of our stdin: the messages end at the
-    CLOSE and our close is the bounded one. aiohttp's autoclose answered the CLOSE inside receive(),
-    waiting with no timeout on the paused transport: the relay never saw the end. The wait happens when
-    the CLOSE frame (8 bytes) takes aiohttp's count of bytes written since its last drain past 256 KiB,
-    so the test puts the count there first (asserted: it reads aiohttp's private writer)."""
+@pytest.mark.parametrize("pool_end", ["close", "protocol_error"])
+async def test_a_pool_that_closes_while_not_reading_ends_the_relay_within_the_bound(pool_end: str) -> None:
+    """The pool sends its last output and CLOSE (or a frame aiohttp refuses) but reads none of our
+    stdin: the messages end and every close is bounded. aiohttp answered inside receive() (its
+    autoclose; its close on a protocol error), waiting with no timeout on the paused
+    transport: the relay never saw the end. The wait happens when the CLOSE frame (8 bytes) takes
+    aiohttp's count of bytes written since its last drain past 256 KiB, so the test puts the count
+    there first (asserted: it reads aiohttp's private writer)."""
     async with (
         silent_pool() as (port, accepted),
-        aiohttp.ClientSession() as session,
+        aiohttp.ClientSession(ws_response_class=PoolWebSocket) as session,
         session.ws_connect(
             f"http://127.0.0.1:{port}/exec", protocols=(V5, V4), autoclose=poolstream.WS_AUTOCLOSE
         ) as ws,
@@ -199,7 +202,8 @@ async def test_a_pool_that_closes_while_not_reading_ends_the_relay_within_the_bo
         assert limit - 8 < ws._writer._output_size <= limit, "aiohttp's frame accounting changed"
         loop = asyncio.get_running_loop()
         close_ok = bytes([0x88, 2]) + aiohttp.WSCloseCode.OK.to_bytes(2, "big")
-        await loop.sock_sendall(pool_sock, bytes([0x82, 2, STDOUT]) + b"x" + close_ok)
+        end = close_ok if pool_end == "close" else bytes([0x83, 0])  # opcode 3 is reserved
+        await loop.sock_sendall(pool_sock, bytes([0x82, 2, STDOUT]) + b"x" + end)
 
         async def collect() -> list[tuple[int, bytes]]:
             return [m async for m in pool.messages()]
@@ -209,7 +213,7 @@ async def test_a_pool_that_closes_while_not_reading_ends_the_relay_within_the_bo
             async with asyncio.timeout(BOUND + 2):
                 got = await asyncio.shield(reading)
         except TimeoutError:
-            pytest.fail("the pool's CLOSE did not end the messages: stuck answering it")
+            pytest.fail(f"the pool's {pool_end} did not end the messages: stuck answering it")
         finally:
             reading.cancel()
             await asyncio.gather(reading, return_exceptions=True)
@@ -222,4 +226,5 @@ async def test_a_pool_that_closes_while_not_reading_ends_the_relay_within_the_bo
     assert got == [(STDOUT, b"x")]
     assert took < BOUND + 1, f"closing took {took:.2f} s"
     assert received < BACKLOG, "all the stdin was delivered: the connection was not aborted"
-    assert pool.end_reason() == "WebSocket close code 1000"
+    expected = 1000 if pool_end == "close" else 1006  # aiohttp's answer (1002) was aborted
+    assert pool.end_reason() == f"WebSocket close code {expected}"

@@ -1,6 +1,7 @@
 """Closing a WebSocket front is bounded: a client that stopped reading does not keep the session.
 
-aiohttp's ``close()`` waits for our unsent bytes to drain with no timeout. Real loopback sockets and
+aiohttp's ``close()`` waits for our unsent bytes to drain with no timeout, ours and the one it runs
+inside ``receive()`` on the client's CLOSE (autoclose) or a protocol error. Real loopback sockets and
 a real aiohttp server: the client is a raw socket that does the WebSocket handshake and then reads
 nothing; the write buffer limits of the server's transport (asyncio's public API) decide when the
 backlog pauses it. No Kubernetes API is involved.
@@ -25,7 +26,7 @@ from vkbridge.kubeletapi.streams import pfserve, spdy, wsfront
 from vkbridge.kubeletapi.streams.channels import ERROR, STDOUT, V4, StreamOptions, internal_error
 from vkbridge.kubeletapi.streams.portforward import PoolPortForward
 from vkbridge.kubeletapi.streams.route import StreamRoute
-from vkbridge.kubeletapi.streams.wsfront import WsExecFront
+from vkbridge.kubeletapi.streams.wsfront import FrontWebSocket, WsExecFront
 
 BOUND = 0.5  # WS_CLOSE_TIMEOUT for these tests
 BACKLOG = 1 << 20  # what we write the client that does not read: far past every buffer on the way
@@ -86,6 +87,16 @@ async def silent_client(port: int, path: str) -> socket.socket:
         head += await loop.sock_recv(sock, 1)  # byte by byte: not one byte of the frames
     assert head.startswith(b"HTTP/1.1 101"), head
     return sock
+
+
+def masked_frame(opcode: int, payload: bytes) -> bytes:
+    """One client frame (FIN set; clients mask), payload under 126 bytes."""
+    mask = os.urandom(4)
+    return (
+        bytes([0x80 | opcode, 0x80 | len(payload)])
+        + mask
+        + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    )
 
 
 async def settle(done: Callable[[], bool]) -> None:
@@ -210,3 +221,59 @@ async def test_port_forward_end_with_a_client_not_reading_aborts_within_the_boun
             await released_within(ended, sock, started)
         finally:
             sock.close()
+
+
+@pytest.mark.parametrize("client_end", ["close", "protocol_error"])
+async def test_exec_front_hears_a_client_that_ends_while_not_reading_within_the_bound(
+    client_end: str,
+) -> None:
+    """The client sends CLOSE (or a frame aiohttp refuses) and reads nothing more: the relay hears it,
+    and the session ends and lets the socket go within the bound. With aiohttp's defaults the answer
+    ran inside ``receive()`` and waited with no timeout on the paused transport: the relay never heard
+    it, and the pool session stayed open. For CLOSE, aiohttp's answer waits only when its 4 bytes take
+    the writer's count of bytes since its last drain past its limit, so the test puts the count there
+    (asserted: it reads aiohttp's private writer)."""
+    ready, ended, heard, started = asyncio.Event(), asyncio.Event(), [], [0.0]
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        transport = hold_all_unsent(request)
+        ws = FrontWebSocket(protocols=(V4,))
+        await ws.prepare(request)
+        front = WsExecFront(ws, V4, EXEC_OPTS, transport)
+        try:
+            await front.start()
+            for _ in range(BACKLOG // 32768):
+                await front.send(STDOUT, bytes(32768))
+            writer = ws._writer
+            assert writer is not None
+            room = writer._limit - writer._output_size - 10  # the header of a frame over 64 KiB
+            assert room > 65536, "aiohttp's frame accounting changed"
+            await front.send(STDOUT, bytes(room - 1))  # the channel byte
+            assert writer._output_size == writer._limit, "aiohttp's frame accounting changed"
+            pause_on_backlog(request, transport)
+            ready.set()
+            heard.append((await front.receive()).kind)
+            await front.finish(internal_error("the command ended"))
+        finally:
+            ended.set()
+        return ws
+
+    async with serving(handler, "/exec") as port:
+        sock = await silent_client(port, "/exec")
+        try:
+            async with asyncio.timeout(5):
+                await ready.wait()
+            loop = asyncio.get_running_loop()
+            if client_end == "close":
+                end = masked_frame(0x8, aiohttp.WSCloseCode.OK.to_bytes(2, "big"))
+            else:
+                end = masked_frame(0x3, b"")  # a reserved opcode: aiohttp closes with 1002
+            started[0] = time.monotonic()
+            await loop.sock_sendall(sock, end)
+            try:
+                await released_within(ended, sock, started, least=0)
+            except TimeoutError:
+                pytest.fail(f"the client's end did not reach the relay: heard {heard}")
+        finally:
+            sock.close()
+    assert heard == ["gone"]

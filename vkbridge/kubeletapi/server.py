@@ -36,7 +36,6 @@ from vkbridge.kubeletapi.streams.channels import (
     PORTFORWARD,
     SPDY_PROTOCOLS,
     V1,
-    WS_MAX_MESSAGE,
     WS_PROTOCOLS,
     ChannelError,
     StreamOptions,
@@ -49,7 +48,7 @@ from vkbridge.kubeletapi.streams.portforward import PoolPortForward, SpdyPortFor
 from vkbridge.kubeletapi.streams.relay import ExecFront, relay
 from vkbridge.kubeletapi.streams.route import StreamRoute, StreamService, not_reflected, stream_route
 from vkbridge.kubeletapi.streams.spdyconn import SpdyConnection, SpdyExecFront, StreamSetTimeout
-from vkbridge.kubeletapi.streams.wsfront import WsExecFront
+from vkbridge.kubeletapi.streams.wsfront import FrontWebSocket, WsExecFront
 from vkbridge.kubeletapi.tls import ServingCertificate, ServingTLS
 from vkbridge.logs import get_logger
 from vkbridge.metrics import Metrics
@@ -455,9 +454,7 @@ class KubeletServer:
         except DialError as exc:
             return web.Response(status=exc.status, text=exc.message + "\n")
         try:
-            ws = web.WebSocketResponse(
-                protocols=(protocol,) if offered else (), autoping=True, max_msg_size=WS_MAX_MESSAGE
-            )
+            ws = FrontWebSocket(protocols=(protocol,) if offered else ())
             await ws.prepare(request)
             front = WsExecFront(ws, protocol, opts, request.transport)
             await front.start()

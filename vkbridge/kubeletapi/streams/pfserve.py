@@ -17,7 +17,6 @@ from aiohttp import web
 from vkbridge.kubeletapi.streams.channels import (
     V4,
     V4_B64,
-    WS_MAX_MESSAGE,
     ChannelError,
     decode_ws,
     encode_ws,
@@ -26,7 +25,7 @@ from vkbridge.kubeletapi.streams.channels import (
 from vkbridge.kubeletapi.streams.poolstream import DialError
 from vkbridge.kubeletapi.streams.portforward import PoolPortForward, PortForwardError, WsPortForward, ws_ports
 from vkbridge.kubeletapi.streams.route import StreamRoute
-from vkbridge.kubeletapi.streams.wsfront import closing_within
+from vkbridge.kubeletapi.streams.wsfront import FrontWebSocket
 from vkbridge.logs import get_logger
 
 __all__ = ["WS_PORTFORWARD_PROTOCOLS", "websocket"]
@@ -56,7 +55,7 @@ async def websocket(request: web.Request, route: StreamRoute, dial: Dial) -> web
         pool = await dial(route)
     except DialError as exc:
         return web.Response(status=exc.status, text=exc.message + "\n")
-    ws = web.WebSocketResponse(protocols=(protocol,) if protocol else (), max_msg_size=WS_MAX_MESSAGE)
+    ws = FrontWebSocket(protocols=(protocol,) if protocol else ())
     try:
         await ws.prepare(request)
     except BaseException:
@@ -80,8 +79,7 @@ async def websocket(request: web.Request, route: StreamRoute, dial: Dial) -> web
     finally:
         await pool.close()
         with contextlib.suppress(Exception):
-            async with closing_within(request.transport):  # a client that does not read is cut off
-                await ws.close()
+            await ws.close()  # bounded: a client that does not read is cut off
     log.info("port-forward ended", pod=f"{route.namespace}/{route.pod}", transport="websocket",
              protocol=protocol or "(none)", ports=",".join(map(str, ports)), outcome=outcome)  # fmt: skip
     return ws

@@ -24,7 +24,13 @@ from vkbridge.kube.client import KubeClient
 from vkbridge.kube.kubeconfig import Credentials, ssl_context
 from vkbridge.kube.tokensource import TokenSource
 from vkbridge.kubeletapi.streams.channels import SPDY_PROTOCOLS, V4, V5, WS_MAX_MESSAGE, StreamOptions
-from vkbridge.kubeletapi.streams.poolstream import WS_AUTOCLOSE, DialError, PoolStream, WsPoolStream
+from vkbridge.kubeletapi.streams.poolstream import (
+    WS_AUTOCLOSE,
+    DialError,
+    PoolStream,
+    PoolWebSocket,
+    WsPoolStream,
+)
 from vkbridge.kubeletapi.streams.spdyclient import spdy_dial
 from vkbridge.logs import get_logger
 
@@ -116,7 +122,9 @@ class PoolDialer:
     ) -> PoolStream:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=15.0), trust_env=False
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=15.0),
+                trust_env=False,
+                ws_response_class=PoolWebSocket,
             )
         self.dials["websocket"] += 1
         url = "wss://" + creds.server.removeprefix("https://") + path
@@ -140,4 +148,6 @@ class PoolDialer:
             raise DialError(status, f"{GENERIC_REFUSAL} (HTTP {status})") from None
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise DialError(502, f"cannot reach the pool API server: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(ws, PoolWebSocket):  # the session's ws_response_class: every close bounded
+            raise TypeError(f"the pool session made a {type(ws).__name__}")
         return WsPoolStream(ws)

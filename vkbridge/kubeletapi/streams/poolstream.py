@@ -3,8 +3,10 @@
 The relay speaks only this interface: stdin, stdin EOF and resizes go in; ``(channel, payload)``
 messages come out (1 stdout, 2 stderr, 3 the Status) until the remote command ended.
 
-Our close of the WebSocket is bounded by ``POOL_CLOSE_TIMEOUT`` (``aborting_after``, which the
-kubelet-side fronts share): the pool is semi-trusted and sits behind the tunnel.
+Every close of the pool WebSocket is bounded by ``POOL_CLOSE_TIMEOUT`` (``PoolWebSocket``): ours, and
+the ones aiohttp runs inside ``receive()`` on the pool's EOF or a protocol error. The pool is
+semi-trusted and sits behind the tunnel. ``aborting_after`` and ``all_sent`` are shared with the
+kubelet-side fronts.
 """
 
 from __future__ import annotations
@@ -13,13 +15,22 @@ import abc
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 
 from vkbridge.kubeletapi.streams.channels import CLOSE, RESIZE, STDIN, V5
 
-__all__ = ["POOL_CLOSE_TIMEOUT", "WS_AUTOCLOSE", "DialError", "PoolStream", "WsPoolStream", "aborting_after"]
+__all__ = [
+    "POOL_CLOSE_TIMEOUT",
+    "WS_AUTOCLOSE",
+    "DialError",
+    "PoolStream",
+    "PoolWebSocket",
+    "WsPoolStream",
+    "aborting_after",
+    "all_sent",
+]
 
 _CHUNK: Final = 32 * 1024
 
@@ -28,9 +39,9 @@ _CHUNK: Final = 32 * 1024
 # writing never lets it end. As the kubelet-side WS_CLOSE_TIMEOUT.
 POOL_CLOSE_TIMEOUT: Final = 5.0
 
-# The pool WebSocket's ``autoclose``, off: aiohttp would answer the pool's CLOSE inside
-# receive() by calling close() itself, outside our bound, and a pool that stopped reading our stdin kept
-# the relay there for good; the iteration ends at the CLOSE instead and our close() is the bounded one.
+# The pool WebSocket's ``autoclose``, off: aiohttp would answer the pool's CLOSE inside receive(), and
+# even bounded that answer waits for our unsent stdin; the iteration ends at the CLOSE at once instead,
+# and the relay's close() answers it.
 WS_AUTOCLOSE: Final = False
 
 
@@ -90,14 +101,34 @@ class PoolStream(abc.ABC):
     async def close(self) -> None: ...
 
 
+class PoolWebSocket(aiohttp.ClientWebSocketResponse):
+    """The pool WebSocket (``ws_response_class`` of the dialer's session), whose close is bounded.
+
+    aiohttp's close queues CLOSE, waiting with no timeout while the transport is paused, then reads
+    until the pool's CLOSE; it runs inside ``receive()`` too, on EOF and on a protocol error, where no
+    caller can bound it. Past ``POOL_CLOSE_TIMEOUT``, or when our unsent bytes do not leave (aiohttp
+    only closes the transport, which keeps the socket while the pool does not read), it aborts.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._bounded_transport = _transport_of(self)  # taken while open: aiohttp drops it when closing
+
+    async def close(self, *, code: int = aiohttp.WSCloseCode.OK, message: bytes = b"") -> bool:
+        closed = True  # unless it completes, aborted: the connection is gone
+        async with aborting_after(self._bounded_transport, POOL_CLOSE_TIMEOUT):
+            closed = await super().close(code=code, message=message)
+            await all_sent(self._bounded_transport)
+        return closed
+
+
 class WsPoolStream(PoolStream):
-    """``v5.channel.k8s.io`` (or v4 from old pools) over an aiohttp WebSocket."""
+    """``v5.channel.k8s.io`` (or v4 from old pools) over a ``PoolWebSocket``."""
 
     transport = "websocket"
 
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+    def __init__(self, ws: PoolWebSocket) -> None:
         self._ws = ws
-        self._transport = _transport_of(ws)
         self.protocol = ws.protocol or ""
         self._pool_code: int | None = None
 
@@ -123,25 +154,21 @@ class WsPoolStream(PoolStream):
         return f"WebSocket close code {code}"
 
     async def close(self) -> None:
-        async with aborting_after(self._transport, POOL_CLOSE_TIMEOUT):
-            await self._ws.close()
-            await _sent(self._transport)
+        await self._ws.close()
 
 
-async def _sent(transport: asyncio.Transport | None) -> None:
+async def all_sent(transport: asyncio.Transport | None) -> None:
     """Until what we wrote has left: aiohttp's close() only closes the transport, which then keeps the
-    socket as long as the pool does not read its rest (our stdin after the pool's CLOSE). Polled: only
-    the protocol (aiohttp's) hears when a closing transport's buffer has left."""
+    socket as long as the peer does not read its rest. Polled: only the protocol (aiohttp's) hears
+    when a closing transport's buffer has left."""
     while transport is not None and transport.get_write_buffer_size() > 0:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
 
 
 def _transport_of(ws: aiohttp.ClientWebSocketResponse) -> asyncio.Transport | None:
-    """The connection's transport, taken while open: aiohttp drops the connection once closing.
-
-    aiohttp has no public way from a client WebSocket to it: its response (private) holds the
-    connection. Looked up leniently, so a renamed attribute costs the abort, not the stream; the
-    unit test of the close would fail then.
+    """The connection's transport. aiohttp has no public way from a client WebSocket to it: its
+    response (private) holds the connection. Looked up leniently, so a renamed attribute costs the
+    abort, not the stream; the unit tests of the close would fail then.
     """
     conn = getattr(getattr(ws, "_response", None), "connection", None)
     transport = getattr(conn, "transport", None)

@@ -3,18 +3,22 @@
 The API server forwards these unchanged: v4 from Python clients always, v5 from kubectl when the node
 declares ``ExtendWebSocketsToKubelet`` (technotes §1.2, §1.6).
 
-The end of a session (last Status, close) is bounded by ``WS_CLOSE_TIMEOUT`` for this front and the
-WebSocket port-forward alike (``closing_within``): aiohttp's ``close()`` waits with no timeout for our
-unsent bytes to leave, so a client that stopped reading would keep the session's task and socket.
+The end of a session is bounded by ``WS_CLOSE_TIMEOUT`` for this front and the WebSocket port-forward
+alike: aiohttp's ``close()`` waits with no timeout for our unsent bytes to leave, so a client that
+stopped reading would keep the session's task and socket. ``FrontWebSocket`` bounds every close,
+including those aiohttp runs inside ``receive()`` (on EOF, on a protocol error); ``closing_within``
+bounds the last Status and the close together.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterable
 from typing import Any, Final
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp.abc import AbstractStreamWriter
 
 from vkbridge.kubeletapi.streams.channels import (
     CLOSE,
@@ -24,16 +28,17 @@ from vkbridge.kubeletapi.streams.channels import (
     STDIN,
     STDOUT,
     V5,
+    WS_MAX_MESSAGE,
     ChannelError,
     StreamOptions,
     decode_ws,
     encode_ws,
     error_payload,
 )
-from vkbridge.kubeletapi.streams.poolstream import aborting_after
+from vkbridge.kubeletapi.streams.poolstream import aborting_after, all_sent
 from vkbridge.kubeletapi.streams.relay import ExecFront, Inbound
 
-__all__ = ["WS_CLOSE_TIMEOUT", "WsExecFront", "closing_within"]
+__all__ = ["WS_CLOSE_TIMEOUT", "FrontWebSocket", "WsExecFront", "closing_within"]
 
 # A WebSocket's last writes and close get this long, as the SPDY front's CLOSE_GRACE: aiohttp's close()
 # drains our unsent bytes first (no timeout), then waits for the client's CLOSE (10 s).
@@ -46,6 +51,29 @@ def closing_within(transport: asyncio.Transport | None) -> contextlib.AbstractAs
     The pool side's close shares the mechanism (``aborting_after``), with its own bound.
     """
     return aborting_after(transport, WS_CLOSE_TIMEOUT)
+
+
+class FrontWebSocket(web.WebSocketResponse):
+    """A kubelet-side WebSocket (exec, attach, port-forward) whose every close is bounded.
+
+    ``autoclose`` off: the client's CLOSE ends the reading at once (the relay then ends the session
+    and this close answers it), not after aiohttp's own answer waited on a client not reading.
+    """
+
+    def __init__(self, protocols: Iterable[str] = ()) -> None:
+        super().__init__(protocols=protocols, autoclose=False, autoping=True, max_msg_size=WS_MAX_MESSAGE)
+        self._front_transport: asyncio.Transport | None = None
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter:
+        self._front_transport = request.transport
+        return await super().prepare(request)
+
+    async def close(self, *, code: int = WSCloseCode.OK, message: bytes = b"", drain: bool = True) -> bool:
+        closed = True  # unless it completes, aborted: the connection is gone
+        async with closing_within(self._front_transport):
+            closed = await super().close(code=code, message=message, drain=drain)
+            await all_sent(self._front_transport)
+        return closed
 
 
 class WsExecFront(ExecFront):
