@@ -407,10 +407,9 @@ class VirtualKubelet:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):
                     await recorder.aclose()
-            if elector is not None and elector.is_leader:
+            if elector is not None:
                 with contextlib.suppress(Exception):
-                    async with asyncio.timeout(1.0):
-                        await elector.release()
+                    await elector.release()  # bounded; logs when it could not
             await pool.close()
             await home.close()
 

@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 
 from e2e.controlplane import ControlPlane
-from vkbridge.kube.client import KubeClient
+from vkbridge.kube.client import LEASES, KubeClient
 from vkbridge.kube.kubeconfig import load_kubeconfig_file
 from vkbridge.kube.leaderelection import LeaderElector
 
@@ -73,3 +73,27 @@ async def test_skewed_clocks_neither_steal_a_live_lease_nor_keep_a_dead_one(  # 
         await asyncio.wait_for(late.acquire(), 10)
         waited = asyncio.get_running_loop().time() - t0
         assert 1.5 <= waited <= 5.0, f"took over a dead leader's lease after {waited:.1f}s"
+
+
+async def test_release_after_a_renewal_whose_answer_was_lost_still_hands_the_lease_over(  # type: ignore[no-untyped-def]
+    consumer: ControlPlane, fresh_ns
+) -> None:
+    """A shutdown that cancels a renewal the API server already applied leaves us holding a stale
+    resourceVersion; the release must still free the Lease (it was refused with a conflict, logged at
+    debug, and the successor waited the whole lease duration)."""
+    ns = fresh_ns(consumer, wait_sa=False)
+    async with KubeClient(load_kubeconfig_file(consumer.admin_kubeconfig)) as client:
+
+        def elector(identity: str) -> LeaderElector:
+            return LeaderElector(client, namespace=ns, name="node-a", identity=identity,
+                                 lease_duration=30, renew_deadline=20, retry_period=10)  # fmt: skip
+
+        ours, unseen_renewal = elector("vk-0"), elector("vk-0")
+        await asyncio.wait_for(ours.acquire(), 5)
+        assert await unseen_renewal.try_acquire_or_renew()  # applied; `ours` never saw the answer
+        released = await ours.release()
+        lease = await client.get(LEASES, "node-a", ns)
+        assert not lease["spec"].get("holderIdentity"), lease["spec"]
+        assert released
+        successor = elector("vk-1")
+        await asyncio.wait_for(successor.acquire(), 3)  # at once, not after the 30 s duration

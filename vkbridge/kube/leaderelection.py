@@ -17,13 +17,18 @@ import asyncio
 import datetime as dt
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 from reflectors.forge.timefmt import rfc3339_micro
 from vkbridge.kube.client import LEASES, ApiError, KubeClient
 from vkbridge.logs import get_logger
 
 log = get_logger("vkbridge.leader")
+
+# Handing the Lease over on shutdown: within the pod's grace (30 s) with room for the rest of it; a
+# conflict (a renewal of ours the shutdown cut short) is retried on a fresh read.
+RELEASE_TIMEOUT: Final = 3.0
+RELEASE_ATTEMPTS: Final = 3
 
 
 def _record(lease: dict[str, Any]) -> tuple[Any, ...]:
@@ -170,16 +175,43 @@ class LeaderElector:
                 log.error("lost leadership: stopping so a standby takes over", identity=self.identity)
                 return
 
-    async def release(self) -> None:
-        """On a clean shutdown, hand the Lease over at once instead of letting it expire."""
-        if not self.is_leader or self._lease is None:
-            return
-        transitions = int((self._lease.get("spec") or {}).get("leaseTransitions") or 0)
-        body = self._body(self._clock(), transitions, None)
-        body["spec"]["holderIdentity"] = ""
-        body["spec"]["leaseDurationSeconds"] = 1
+    async def release(self) -> bool:
+        """On a clean shutdown, hand the Lease over at once, else the successor waits for it to expire.
+
+        Re-read first: our last renewal may have been cut short after the API server applied it (the
+        shutdown cancels it), and the resourceVersion we hold would then be refused. Bounded by
+        ``RELEASE_TIMEOUT``; says in the log when it could not. True when the Lease is not ours now.
+        """
+        if not self.is_leader:
+            return True
+        why = "no answer"
         try:
-            await self._client.replace(LEASES, body, self.namespace)
+            async with asyncio.timeout(RELEASE_TIMEOUT):
+                for _ in range(RELEASE_ATTEMPTS):
+                    why = await self._try_release()
+                    if not why:
+                        return True
+        except TimeoutError:
+            why = f"no answer within {RELEASE_TIMEOUT:g} s"
+        finally:
+            self.is_leader = False
+        log.warning("leader Lease not released: a successor waits for it to expire",
+                    lease=f"{self.namespace}/{self.name}", reason=why)  # fmt: skip
+        return False
+
+    async def _try_release(self) -> str:
+        """One attempt; "" when the Lease is not ours any more, else why not (a conflict is retried)."""
+        try:
+            self._lease = await self._client.get(LEASES, self.name, self.namespace)
+            spec = self._lease.get("spec") or {}
+            if (spec.get("holderIdentity") or "") != self.identity:
+                return ""
+            body = self._body(self._clock(), int(spec.get("leaseTransitions") or 0), None)
+            body["spec"]["holderIdentity"] = ""
+            body["spec"]["leaseDurationSeconds"] = 1
+            self._lease = await self._client.replace(LEASES, body, self.namespace)
         except ApiError as err:
-            log.debug("lease release failed", error=str(err)[:200])
-        self.is_leader = False
+            if err.not_found:
+                return ""
+            return str(err)[:200]
+        return ""
