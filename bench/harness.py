@@ -134,16 +134,18 @@ def testbed_for(args: argparse.Namespace, tb: Testbed | None, nodes: int, **extr
 
 
 def drain(
-    tb: Testbed, plane: ControlPlane, ns: str, remote: str | None, timeout: float = 300, deployment: str = ""
-) -> float | None:
-    """Delete every pod of `ns` (through its Deployment when given, else directly) and wait until none is
-    left there (nor in `remote` on the pool); seconds (None on timeout)."""
+    tb: Testbed, plane: ControlPlane, ns: str, remote: str | None, timeout: float = 300, deployment: str = "",
+    shadows: bool = False,
+) -> float | None:  # fmt: skip
+    """Delete every pod of `ns` (through its Deployment when given, through its ShadowPods with `shadows`,
+    else directly) and wait until none is left there (nor in `remote` on the pool); seconds (None on
+    timeout)."""
     t0 = time.monotonic()
     if deployment:
         path = f"/apis/apps/v1/namespaces/{ns}/deployments/{deployment}?propagationPolicy=Background"
         tb.run(tb.api(plane.name).request("DELETE", path))
     else:
-        tb.run(delete_pods(tb.api(plane.name), ns))
+        tb.run(delete_pods(tb.api(plane.name), ns, shadows))
 
     def gone() -> bool:
         if remote is not None and tb.vk is not None and not tb.vk.alive():

@@ -61,6 +61,20 @@ def bare_pod(name: str, slug: str | None, labels: Mapping[str, str] | None = Non
     }
 
 
+SHADOWPODS = "/apis/offloading.liqo.io/v1beta1/namespaces/{ns}/shadowpods"
+
+
+def shadow_pod(name: str, origin: str) -> Obj:
+    """The pool path without a VK: a ShadowPod of the vanilla pod spec, counted against the grant of
+    ``origin`` (the consumer ID) by the pool's quota webhook, as one a VK sends."""
+    return {
+        "apiVersion": "offloading.liqo.io/v1beta1",
+        "kind": "ShadowPod",
+        "metadata": {"name": name, "labels": {"app": "churn", "offloading.liqo.io/origin": origin}},
+        "spec": {"pod": pod_spec(None)},
+    }
+
+
 # Creates in flight at most (the bench's connection pool allows 128): a create waiting for a slot has
 # not started, so a client that cannot keep up shows as a low started rate.
 IN_FLIGHT = 120
@@ -95,14 +109,21 @@ def _rate(stamps: Iterable[float]) -> float | None:
     return round((len(ts) - 1) / (ts[-1] - ts[0]), 1)
 
 
-async def _create(api: Api, ns: str, name: str, slug: str | None, out: Creations) -> None:
+async def _create(
+    api: Api, ns: str, name: str, slug: str | None, out: Creations, shadows_of: str | None = None
+) -> None:
+    path, body = (
+        (f"/api/v1/namespaces/{ns}/pods", bare_pod(name, slug))
+        if shadows_of is None
+        else (SHADOWPODS.format(ns=ns), shadow_pod(name, shadows_of))
+    )
     out.sent[name] = time.monotonic()
     if out.slots is None:
         out.slots = asyncio.Semaphore(IN_FLIGHT)
     async with out.slots:
         out.started[name] = time.monotonic()
         try:
-            await api.request("POST", f"/api/v1/namespaces/{ns}/pods", bare_pod(name, slug))
+            await api.request("POST", path, body)
             out.acked[name] = time.monotonic()
         except (ApiError, OSError, TimeoutError) as err:
             out.errors.append(f"create {name}: {err}")
@@ -110,10 +131,11 @@ async def _create(api: Api, ns: str, name: str, slug: str | None, out: Creations
 
 async def paced(
     api: Api, ns: str, slug: str | None, rate: float, duration: float, lifetime: float, out: Creations,
-    prefix: str = "churn-",
+    prefix: str = "churn-", shadows_of: str | None = None,
 ) -> None:  # fmt: skip
     """Create `rate` pods per second on an absolute schedule (a slow answer never slows the pace);
-    delete each `lifetime` seconds after its creation (0: keep them)."""
+    delete each `lifetime` seconds after its creation (0: keep them). ``shadows_of``: ShadowPods of that
+    origin instead of pods (no deletion then)."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     total = int(rate * duration)
@@ -130,8 +152,8 @@ async def paced(
         at = start + i / rate
         await asyncio.sleep(max(0.0, at - loop.time()))
         name = f"{prefix}{i:05d}"
-        coros = [_create(api, ns, name, slug, out)]
-        if lifetime > 0:
+        coros = [_create(api, ns, name, slug, out, shadows_of)]
+        if lifetime > 0 and shadows_of is None:
             coros.append(delete_later(name, at + lifetime))
         for coro in coros:
             t = asyncio.create_task(coro)
@@ -153,6 +175,6 @@ async def all_at_once(
     await asyncio.gather(*(one(i) for i in range(n)))
 
 
-async def delete_pods(api: Api, ns: str) -> None:
-    """Every pod of a namespace (deletecollection): the drain between two steps."""
-    await api.request("DELETE", f"/api/v1/namespaces/{ns}/pods")
+async def delete_pods(api: Api, ns: str, shadows: bool = False) -> None:
+    """Every pod (or ShadowPod) of a namespace (deletecollection): the drain between two steps."""
+    await api.request("DELETE", SHADOWPODS.format(ns=ns) if shadows else f"/api/v1/namespaces/{ns}/pods")

@@ -6,9 +6,13 @@ pod-startup SLO) or errors appear; the highest rate that held is the figure.
 
 --impl vkbridge|liqo: pods created in an offloaded consumer namespace, through the VK; --impl vanilla: the
 same pods created on the pool directly (its scheduler and fake workers), so the testbed's own ceiling shows.
---with-vanilla runs the vanilla steps too, first, on the same testbed. Each step's pods are deleted (and
-gone on both sides) before the next. The client is checked, not trusted: each step records the create rate
-the API server answered; below 90% of the asked rate the step is marked client-limited and stepping stops.
+--with-vanilla runs the vanilla steps too, first, on the same testbed. --impl vanilla --with-pool-path
+adds the pool path without a VK ("pool-path"): the bench creates the ShadowPods a VK would send, in an
+offloaded namespace, and times create -> pool pod Running; the pool's webhooks and the emulator's ShadowPod
+controller are then on the path, so no VK can hold a higher rate on this testbed than this mode.
+Each step's pods are deleted (and gone on both sides) before the next. The client is checked, not trusted:
+each step records the create rate the API server answered; below 90% of the asked rate the step is marked
+client-limited and stepping stops.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from bench.load import Creations, paced
 from bench.measure import cpu_delta, distribution_ms, loadavg, percentile, sched_delta
 from bench.report import say, table, write_results, yes_no
 from bench.testbed import Testbed
+from e2e.fixtures_pool import CONSUMER_ID
 from e2e.waiting import wait_until
 
 SLO_S = 5.0
@@ -55,16 +60,29 @@ def highest_held(steps: list[dict[str, Any]]) -> float | None:
     return best
 
 
-def run_steps(tb: Testbed, args: argparse.Namespace, vanilla: bool) -> dict[str, Any]:
-    with tb.shared_for(vanilla):
-        return _run_steps(tb, args, vanilla)
+POOL_PATH = "pool-path"
 
 
-def _run_steps(tb: Testbed, args: argparse.Namespace, vanilla: bool) -> dict[str, Any]:
-    mode = "vanilla" if vanilla else tb.opts.impl
-    plane, ns, remote, slug = workspace(tb, f"rate-{mode}-{int(time.time()) % 100000}", vanilla)
+def rate_modes(impl: str, vanilla_modes: list[bool], pool_path: bool) -> list[str]:
+    """The runs in order: vanilla's first (True in ``vanilla_modes``), then the VK's, then the pool path."""
+    return [("vanilla" if v else impl) for v in vanilla_modes] + ([POOL_PATH] if pool_path else [])
+
+
+def run_steps(tb: Testbed, args: argparse.Namespace, mode: str) -> dict[str, Any]:
+    """``mode``: "vanilla", POOL_PATH (both without a VK), or the testbed's impl."""
+    with tb.shared_for(mode in ("vanilla", POOL_PATH)):
+        return _run_steps(tb, args, mode)
+
+
+def _run_steps(tb: Testbed, args: argparse.Namespace, mode: str) -> dict[str, Any]:
+    vanilla, pool_path = mode == "vanilla", mode == POOL_PATH
+    name = f"rate-{mode}-{int(time.time()) % 100000}"
+    if pool_path:
+        plane, ns, remote, slug = tb.pool, tb.offloaded_namespace(name), None, None
+    else:
+        plane, ns, remote, slug = workspace(tb, name, vanilla)
     running, bound, shadows, remote_running = FirstSeen(), FirstSeen(), FirstSeen(), FirstSeen()
-    if vanilla:
+    if vanilla or pool_path:
         watches = [watch_phase(tb.api("pool"), tb.loop, f"/api/v1/namespaces/{ns}/pods", running)]
     else:
         assert remote is not None
@@ -76,7 +94,8 @@ def _run_steps(tb: Testbed, args: argparse.Namespace, vanilla: bool) -> dict[str
         total = int(rate * args.step)
         load0, cpu0, sched0 = loadavg(), tb.cpu_snapshot(), tb.sched_snapshot()
         say(f"rate {mode}: {rate:g} pods/s for {args.step:g}s ({total} pods), isolated={yes_no(tb.isolated)}")
-        job = tb.loop.submit(paced(tb.api(plane.name), ns, slug, rate, args.step, 0, made, f"r{rate:g}-"))
+        job = tb.loop.submit(paced(tb.api(plane.name), ns, slug, rate, args.step, 0, made, f"r{rate:g}-",
+                                   CONSUMER_ID if pool_path else None))  # fmt: skip
         job.result(timeout=args.step + 120)
         names = set(made.sent)
         with contextlib.suppress(TimeoutError):
@@ -102,12 +121,12 @@ def _run_steps(tb: Testbed, args: argparse.Namespace, vanilla: bool) -> dict[str
             "cpu_seconds": cpu,
             "sched": sched,
         }
-        if not vanilla:
+        if remote is not None:
             step["outbound"] = distribution_ms([shadows.at[n] - bound.at[n] for n in names
                                                 if n in shadows.at and n in bound.at])  # fmt: skip
             step["inbound"] = distribution_ms([running.at[n] - remote_running.at[n] for n in names
                                                if n in running.at and n in remote_running.at])  # fmt: skip
-        step["drain_seconds"] = drain(tb, plane, ns, remote)
+        step["drain_seconds"] = drain(tb, plane, ns, remote, shadows=pool_path)
         steps.append(step)
         p99_ms = step["create_to_running_p99_ms"]
         say(f"rate {mode} {rate:g}/s: p99 {p99_ms} ms, started {achieved}/s, {verdict}")
@@ -115,7 +134,10 @@ def _run_steps(tb: Testbed, args: argparse.Namespace, vanilla: bool) -> dict[str
             break
     for w in watches:
         w.cancel()
-    tb.delete_namespace(plane, ns, wait=False)
+    if pool_path:
+        tb.delete_namespace(tb.consumer, name, wait=False)  # its offloading takes the remote one along
+    else:
+        tb.delete_namespace(plane, ns, wait=False)
     return {"mode": mode, "isolated": tb.isolated, "steps": steps,
             "highest_rate": highest_held(steps)}  # fmt: skip
 
@@ -125,11 +147,18 @@ def main(argv: list[str] | None = None, tb: Testbed | None = None) -> int:
     ap.add_argument("--rates", default="5,10,20,40,80,160", help="pods/s, one step each, in order")
     ap.add_argument("--step", type=float, default=20.0, help="seconds of creation per step")
     ap.add_argument("--settle", type=float, default=15.0, help="max seconds after a step for its pods to run")
-    args, modes = parse_vanilla_args(ap, argv)
+    ap.add_argument(
+        "--with-pool-path", action="store_true",
+        help="with --impl vanilla: also the pool path without a VK (ShadowPods created by the bench)",
+    )  # fmt: skip
+    args, vanilla_modes = parse_vanilla_args(ap, argv)
+    if args.with_pool_path and args.impl != "vanilla":
+        ap.error("--with-pool-path needs --impl vanilla: a running VK would own the bench's ShadowPods")
+    modes = rate_modes(args.impl, vanilla_modes, args.with_pool_path)
     top = max(float(r) for r in args.rates.split(",") if r.strip())
     with testbed_for(args, tb, nodes_for(int(top * args.step))) as tb:
         run = tb.describe()
-        results = [run_steps(tb, args, vanilla) for vanilla in modes]
+        results = [run_steps(tb, args, mode) for mode in modes]
         run.update(tb.vk_at_end())
     print()
     rows = [

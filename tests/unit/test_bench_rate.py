@@ -3,8 +3,11 @@
 import pytest
 
 from bench.isolation import split_cores
-from bench.load import Creations
-from bench.rate import highest_held, step_verdict
+from bench.load import BENCH_REQUESTS, Creations, shadow_pod
+from bench.rate import POOL_PATH, highest_held, rate_modes, step_verdict
+from e2e.emulator import names
+from e2e.emulator.quantity import parse
+from e2e.emulator.quota_webhook import pod_cost
 
 
 def test_a_step_holds_under_the_slo_at_the_asked_rate() -> None:
@@ -57,3 +60,18 @@ def test_no_rate_from_a_single_create() -> None:
     made = Creations(sent={"p": 0.0}, started={"p": 0.0}, acked={"p": 0.2})
     assert made.achieved_rate() is None
     assert made.answered_rate() is None
+
+
+def test_the_pool_path_runs_last_after_vanilla() -> None:
+    assert rate_modes("vanilla", [True], True) == ["vanilla", POOL_PATH]
+    assert rate_modes("vanilla", [True], False) == ["vanilla"]
+    assert rate_modes("vkbridge", [True, False], False) == ["vanilla", "vkbridge"]
+
+
+def test_the_pool_path_shadowpod_is_charged_to_the_consumer_as_a_vks_is() -> None:
+    """The emulator's quota webhook counts it against the consumer's grant (origin label, the pod's
+    requests), so the pool path does the work a VK's ShadowPod causes."""
+    sp = shadow_pod("r5-00001", "c-1a2b3c4d")
+    assert sp["metadata"]["labels"][names.ORIGIN] == "c-1a2b3c4d"
+    assert pod_cost(sp["spec"]["pod"]) == {k: parse(v) for k, v in BENCH_REQUESTS.items()}
+    assert "nodeSelector" not in sp["spec"]["pod"]  # as a VK forges it: the pool schedules it
