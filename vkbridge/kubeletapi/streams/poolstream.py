@@ -4,9 +4,11 @@ The relay speaks only this interface: stdin, stdin EOF and resizes go in; ``(cha
 messages come out (1 stdout, 2 stderr, 3 the Status) until the remote command ended.
 
 Every close of the pool WebSocket is bounded by ``POOL_CLOSE_TIMEOUT`` (``PoolWebSocket``): ours, and
-the ones aiohttp runs inside ``receive()`` on the pool's EOF or a protocol error. The pool is
-semi-trusted and sits behind the tunnel. ``aborting_after`` and ``all_sent`` are shared with the
-kubelet-side fronts.
+the one aiohttp runs inside ``receive()`` on a protocol error from the pool. The pool is semi-trusted
+and sits behind the tunnel. ``aborting_after`` and ``all_sent`` are shared with the kubelet-side
+fronts. Not covered: a pool that half-closes (FIN) and stops reading; asyncio keeps such a transport
+until its buffer has left, so the end is heard only when the pool's TCP goes (Kubernetes servers do
+not half-close a WebSocket).
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ class PoolWebSocket(aiohttp.ClientWebSocketResponse):
     """The pool WebSocket (``ws_response_class`` of the dialer's session), whose close is bounded.
 
     aiohttp's close queues CLOSE, waiting with no timeout while the transport is paused, then reads
-    until the pool's CLOSE; it runs inside ``receive()`` too, on EOF and on a protocol error, where no
+    until the pool's CLOSE; it runs inside ``receive()`` too (on a protocol error, on EOF), where no
     caller can bound it. Past ``POOL_CLOSE_TIMEOUT``, or when our unsent bytes do not leave (aiohttp
     only closes the transport, which keeps the socket while the pool does not read), it aborts.
     """

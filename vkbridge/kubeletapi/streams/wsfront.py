@@ -6,8 +6,9 @@ declares ``ExtendWebSocketsToKubelet`` (technotes §1.2, §1.6).
 The end of a session is bounded by ``WS_CLOSE_TIMEOUT`` for this front and the WebSocket port-forward
 alike: aiohttp's ``close()`` waits with no timeout for our unsent bytes to leave, so a client that
 stopped reading would keep the session's task and socket. ``FrontWebSocket`` bounds every close,
-including those aiohttp runs inside ``receive()`` (on EOF, on a protocol error); ``closing_within``
-bounds the last Status and the close together.
+including the one aiohttp runs inside ``receive()`` on a protocol error; ``closing_within`` bounds
+the last Status and the close together. A client that half-closes and stops reading is heard only
+when its TCP goes (asyncio keeps a transport closed on EOF until its buffer has left).
 """
 
 from __future__ import annotations
