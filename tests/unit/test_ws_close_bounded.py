@@ -89,6 +89,17 @@ async def silent_client(port: int, path: str) -> socket.socket:
     return sock
 
 
+@contextlib.asynccontextmanager
+async def silent_session(handler: Handler, path: str, query: str = "") -> AsyncIterator[socket.socket]:
+    """``handler`` served at ``path``, and a silent client connected to it (closed at the end)."""
+    async with serving(handler, path) as port:
+        sock = await silent_client(port, path + query)
+        try:
+            yield sock
+        finally:
+            sock.close()
+
+
 def masked_frame(opcode: int, payload: bytes) -> bytes:
     """One client frame (FIN set; clients mask), payload under 126 bytes."""
     mask = os.urandom(4)
@@ -148,12 +159,8 @@ async def test_exec_front_end_with_a_client_not_reading_aborts_within_the_bound(
             ended.set()
         return ws
 
-    async with serving(handler, "/exec") as port:
-        sock = await silent_client(port, "/exec")
-        try:
-            await released_within(ended, sock, started, BOUND / 2 if end == "interrupted" else BOUND)
-        finally:
-            sock.close()
+    async with silent_session(handler, "/exec") as sock:
+        await released_within(ended, sock, started, BOUND / 2 if end == "interrupted" else BOUND)
 
 
 async def test_exec_front_finish_to_a_reading_client_sends_the_status_and_closes_cleanly() -> None:
@@ -207,20 +214,16 @@ async def test_port_forward_end_with_a_client_not_reading_aborts_within_the_boun
             ended.set()
 
     path = "/portForward/ns/pod"
-    async with serving(handler, path) as port:
-        sock = await silent_client(port, f"{path}?port=8080")
-        try:
-            await settle(lambda: len(spdy.FrameDecoder().feed(bytes(writer.written))) == 2)  # pair opened
-            for _ in range(BACKLOG // 32768):  # the pod's output: error stream 1, data stream 3
-                reader.feed_data(pool_enc.encode(spdy.Data(3, bytes(32768))))
-            await settle(lambda: not reader._buffer)  # all of it relayed to the client's socket
-            pause_on_backlog(requests[0], transports[0])
-            started[0] = time.monotonic()
-            reader.feed_data(pool_enc.encode(spdy.Data(3, b"", fin=True)))  # the pod side ends
-            reader.feed_data(pool_enc.encode(spdy.Data(1, b"", fin=True)))
-            await released_within(ended, sock, started)
-        finally:
-            sock.close()
+    async with silent_session(handler, path, "?port=8080") as sock:
+        await settle(lambda: len(spdy.FrameDecoder().feed(bytes(writer.written))) == 2)  # pair opened
+        for _ in range(BACKLOG // 32768):  # the pod's output: error stream 1, data stream 3
+            reader.feed_data(pool_enc.encode(spdy.Data(3, bytes(32768))))
+        await settle(lambda: not reader._buffer)  # all of it relayed to the client's socket
+        pause_on_backlog(requests[0], transports[0])
+        started[0] = time.monotonic()
+        reader.feed_data(pool_enc.encode(spdy.Data(3, b"", fin=True)))  # the pod side ends
+        reader.feed_data(pool_enc.encode(spdy.Data(1, b"", fin=True)))
+        await released_within(ended, sock, started)
 
 
 @pytest.mark.parametrize("client_end", ["close", "protocol_error"])
@@ -258,22 +261,18 @@ async def test_exec_front_hears_a_client_that_ends_while_not_reading_within_the_
             ended.set()
         return ws
 
-    async with serving(handler, "/exec") as port:
-        sock = await silent_client(port, "/exec")
+    async with silent_session(handler, "/exec") as sock:
+        async with asyncio.timeout(5):
+            await ready.wait()
+        loop = asyncio.get_running_loop()
+        if client_end == "close":
+            end = masked_frame(0x8, aiohttp.WSCloseCode.OK.to_bytes(2, "big"))
+        else:
+            end = masked_frame(0x3, b"")  # a reserved opcode: aiohttp closes with 1002
+        started[0] = time.monotonic()
+        await loop.sock_sendall(sock, end)
         try:
-            async with asyncio.timeout(5):
-                await ready.wait()
-            loop = asyncio.get_running_loop()
-            if client_end == "close":
-                end = masked_frame(0x8, aiohttp.WSCloseCode.OK.to_bytes(2, "big"))
-            else:
-                end = masked_frame(0x3, b"")  # a reserved opcode: aiohttp closes with 1002
-            started[0] = time.monotonic()
-            await loop.sock_sendall(sock, end)
-            try:
-                await released_within(ended, sock, started, least=0)
-            except TimeoutError:
-                pytest.fail(f"the client's end did not reach the relay: heard {heard}")
-        finally:
-            sock.close()
+            await released_within(ended, sock, started, least=0)
+        except TimeoutError:
+            pytest.fail(f"the client's end did not reach the relay: heard {heard}")
     assert heard == ["gone"]

@@ -63,6 +63,14 @@ MAX_PAIRS: Final = 1024  # streams announced but never paired, per connection
 LOST_NOTICE_TIMEOUT: Final = 5.0
 
 
+async def _within_notice_bound(notice: Awaitable[None]) -> None:
+    """Telling the clients that the pool was lost, best effort: a client that does not read is not
+    waited for past LOST_NOTICE_TIMEOUT."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(LOST_NOTICE_TIMEOUT):
+            await notice
+
+
 class PortForwardError(ValueError):
     """A malformed port-forward stream or request (the kubelet's message where it has one)."""
 
@@ -464,9 +472,7 @@ class SpdyPortForward:
             outcome = "client left"
         else:
             outcome = f"pool connection lost: {self._pool.reason}"
-            with contextlib.suppress(TimeoutError):  # a client that does not read is not waited for
-                async with asyncio.timeout(LOST_NOTICE_TIMEOUT):
-                    await self._tell_lost()
+            await _within_notice_bound(self._tell_lost())
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -564,9 +570,7 @@ class WsPortForward:
         if all(sink.done.is_set() for sink, _ in self._pairs):  # not all_done: a cancelled gather is done
             return "pod side closed"
         if self._pool.lost.is_set():
-            with contextlib.suppress(TimeoutError):  # a client that does not read is not waited for
-                async with asyncio.timeout(LOST_NOTICE_TIMEOUT):
-                    await self._tell_lost()
+            await _within_notice_bound(self._tell_lost())
             return f"pool connection lost: {self._pool.reason}"
         return "client left"
 
