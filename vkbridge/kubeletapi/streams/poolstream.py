@@ -5,7 +5,7 @@ messages come out (1 stdout, 2 stderr, 3 the Status) until the remote command en
 
 Every close of the pool WebSocket is bounded by ``POOL_CLOSE_TIMEOUT`` (``PoolWebSocket``): ours, and
 the one aiohttp runs inside ``receive()`` on a protocol error from the pool. The pool is semi-trusted
-and sits behind the tunnel. ``aborting_after`` and ``all_sent`` are shared with the kubelet-side
+and sits behind the tunnel. ``aborting_after`` and ``closed_within`` are shared with the kubelet-side
 fronts. Not covered: a pool that half-closes (FIN) and stops reading; asyncio keeps such a transport
 until its buffer has left, so the end is heard only when the pool's TCP goes (Kubernetes servers do
 not half-close a WebSocket).
@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Final
 
 import aiohttp
@@ -31,7 +31,7 @@ __all__ = [
     "PoolWebSocket",
     "WsPoolStream",
     "aborting_after",
-    "all_sent",
+    "closed_within",
 ]
 
 _CHUNK: Final = 32 * 1024
@@ -117,11 +117,8 @@ class PoolWebSocket(aiohttp.ClientWebSocketResponse):
         self._bounded_transport = _transport_of(self)  # taken while open: aiohttp drops it when closing
 
     async def close(self, *, code: int = aiohttp.WSCloseCode.OK, message: bytes = b"") -> bool:
-        closed = True  # unless it completes, aborted: the connection is gone
-        async with aborting_after(self._bounded_transport, POOL_CLOSE_TIMEOUT):
-            closed = await super().close(code=code, message=message)
-            await all_sent(self._bounded_transport)
-        return closed
+        closing = super().close(code=code, message=message)
+        return await closed_within(closing, self._bounded_transport, POOL_CLOSE_TIMEOUT)
 
 
 class WsPoolStream(PoolStream):
@@ -159,7 +156,17 @@ class WsPoolStream(PoolStream):
         await self._ws.close()
 
 
-async def all_sent(transport: asyncio.Transport | None) -> None:
+async def closed_within(close: Awaitable[bool], transport: asyncio.Transport | None, seconds: float) -> bool:
+    """An aiohttp WebSocket close, and the departure of our unsent bytes, within ``seconds``; else the
+    connection is aborted. aiohttp's result, or True when aborted (the connection is gone)."""
+    closed = True
+    async with aborting_after(transport, seconds):
+        closed = await close
+        await _all_sent(transport)
+    return closed
+
+
+async def _all_sent(transport: asyncio.Transport | None) -> None:
     """Until what we wrote has left: aiohttp's close() only closes the transport, which then keeps the
     socket as long as the peer does not read its rest. Polled: only the protocol (aiohttp's) hears
     when a closing transport's buffer has left."""

@@ -36,7 +36,7 @@ from vkbridge.kubeletapi.streams.channels import (
     encode_ws,
     error_payload,
 )
-from vkbridge.kubeletapi.streams.poolstream import aborting_after, all_sent
+from vkbridge.kubeletapi.streams.poolstream import aborting_after, closed_within
 from vkbridge.kubeletapi.streams.relay import ExecFront, Inbound
 
 __all__ = ["WS_CLOSE_TIMEOUT", "FrontWebSocket", "WsExecFront", "closing_within"]
@@ -70,11 +70,8 @@ class FrontWebSocket(web.WebSocketResponse):
         return await super().prepare(request)
 
     async def close(self, *, code: int = WSCloseCode.OK, message: bytes = b"", drain: bool = True) -> bool:
-        closed = True  # unless it completes, aborted: the connection is gone
-        async with closing_within(self._front_transport):
-            closed = await super().close(code=code, message=message, drain=drain)
-            await all_sent(self._front_transport)
-        return closed
+        closing = super().close(code=code, message=message, drain=drain)
+        return await closed_within(closing, self._front_transport, WS_CLOSE_TIMEOUT)
 
 
 class WsExecFront(ExecFront):
