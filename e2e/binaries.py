@@ -3,7 +3,8 @@
 Lookup order per binary: ``TEST_ASSET_<NAME>``, ``$KUBEBUILDER_ASSETS/<name>``, the project cache
 ``<repo>/.k8s-bin/k8s/<X.Y.Z>-linux-amd64/`` and then the setup-envtest store
 ``${XDG_DATA_HOME:-~/.local/share}/kubebuilder-envtest/k8s/<X.Y.Z>-*/``. For the two directory stores the
-newest version directory that holds every still-missing binary wins, so one plane never mixes versions.
+directory of the pinned version (``hack/versions.env``) wins when it holds every still-missing binary, else the
+newest one that does, so one plane never mixes versions; ``k8s_version_in_use`` says which (pytest's header).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO / "hack" / "build-k8s-bins.sh"
+VERSIONS_FILE = REPO / "hack" / "versions.env"
 DEFAULT_NAMES: tuple[str, ...] = (
     "etcd",
     "kube-apiserver",
@@ -55,16 +57,33 @@ def _executable(p: Path) -> bool:
     return p.is_file() and os.access(p, os.X_OK)
 
 
+def pinned_versions(path: Path = VERSIONS_FILE) -> dict[str, str]:
+    """The ``NAME=value`` lines of hack/versions.env (the build scripts source the same file)."""
+    pins = {}
+    for line in path.read_text().splitlines():
+        m = re.fullmatch(r"([A-Z0-9_]+)=(\S+)", line.strip())
+        if m:
+            pins[m.group(1)] = m.group(2)
+    return pins
+
+
+def pinned_k8s_version() -> str:
+    """The Kubernetes version the project pins, without the ``v`` (``1.36.3``)."""
+    return pinned_versions()["K8S_VERSION"].removeprefix("v")
+
+
 def _version_dirs(store: Path) -> list[Path]:
-    """Version directories, newest first (by X.Y.Z in the name, as setup-envtest sorts them)."""
+    """Version directories: the pinned version's first, then newest first (by X.Y.Z, as setup-envtest sorts)."""
     if not store.is_dir():
         return []
     found = []
+    pinned = tuple(int(g) for g in pinned_k8s_version().split("."))
     for d in store.iterdir():
         m = _VERSION_DIR.match(d.name)
         if m and d.is_dir():
-            found.append((tuple(int(g) for g in m.groups()), d))
-    return [d for _, d in sorted(found, reverse=True)]
+            version = tuple(int(g) for g in m.groups())
+            found.append((version == pinned, version, d))
+    return [d for *_, d in sorted(found, reverse=True)]
 
 
 def _from_store(store: Path, names: Iterable[str]) -> dict[str, Path]:
@@ -125,3 +144,16 @@ def find_binaries(names: Sequence[str] = DEFAULT_NAMES, *, build: bool = True) -
             + ("; " + "; ".join(problems) if problems else "")
         )
     return found
+
+
+def k8s_version_in_use() -> str:
+    """One line for a test run's header: the kube-apiserver the planes will run, and whether it is the pin."""
+    try:
+        path = find_binaries(("kube-apiserver",), build=False)["kube-apiserver"]
+    except BinariesNotFound:
+        return f"kubernetes: no kube-apiserver yet (pinned v{pinned_k8s_version()}; the first plane builds it)"
+    m = _VERSION_DIR.match(path.parent.name)
+    version = ".".join(m.groups()) if m else "unknown (an override)"
+    pin = pinned_k8s_version()
+    note = "the pinned version" if version == pin else f"WARNING: not the pinned v{pin}"
+    return f"kubernetes: v{version} from {path.parent} ({note})"

@@ -151,7 +151,7 @@ fi
 
 # --- build --------------------------------------------------------------------------------------------
 REVISION=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
-VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/pyproject.toml" | head -1)
+VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p;T;q' "$ROOT/pyproject.toml")
 say "building $TAG from $BASE"
 BUILD_START=$SECONDS
 mkdir -p "$CACHE"

@@ -3,6 +3,7 @@
 import importlib.util
 import signal
 
+from e2e.binaries import k8s_version_in_use
 from e2e.procs import raise_interrupt
 
 pytest_plugins = [
@@ -35,3 +36,8 @@ def pytest_configure() -> None:
     session's fixtures down and the atexit handlers end the planes and workers; TERM's default action would
     exit at once and leave them all running."""
     signal.signal(signal.SIGTERM, raise_interrupt)
+
+
+def pytest_report_header() -> str:
+    """Every session says which Kubernetes it runs on, so a run on a fallback version shows in CI's log."""
+    return k8s_version_in_use()

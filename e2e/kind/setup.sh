@@ -14,7 +14,7 @@ mkdir -p "$KUBECONFIGDIR"
 trap diagnose_on_failure EXIT
 
 create_cluster() {  # $1 = kind cluster name, $2 = config file, $3 = kubeconfig path
-  if "$KIND" get clusters 2>/dev/null | grep -qx "$1"; then
+  if grep -qx "$1" <<<"$("$KIND" get clusters 2>/dev/null)"; then
     log "kind cluster $1 exists; reusing it"
     "$KIND" get kubeconfig --name "$1" >"$3"
     return

@@ -8,7 +8,7 @@ set -euo pipefail
 
 require_tools "$KIND"
 for cluster in "$CONSUMER_CLUSTER" "$POOL_CLUSTER"; do
-  if "$KIND" get clusters 2>/dev/null | grep -qx "$cluster"; then
+  if grep -qx "$cluster" <<<"$("$KIND" get clusters 2>/dev/null)"; then
     log "deleting kind cluster $cluster"
     "$KIND" delete cluster --name "$cluster"
   else

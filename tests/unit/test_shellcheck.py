@@ -16,6 +16,7 @@ SCRIPTS = sorted(
     {
         *REPO.glob("e2e/kind/*.sh"),
         *REPO.glob("hack/*.sh"),
+        *REPO.glob("hack/lib/*.sh"),
         REPO / ".ci" / "run",
     }
 )
