@@ -42,7 +42,8 @@ from e2e.emulator.quantity import parse as parse_quantity
 from e2e.fakekubelet import FakeKubeletHandle, launch_fake_kubelets
 from e2e.fakekubelet.node import CAPACITY
 from e2e.fixtures_pool import CONSUMER_ID, SLUG, offload_namespace
-from e2e.liqo_vk import LiqoVkProcess, ensure_foreign_cluster, extra_crds_dir
+from e2e.liqo_chart import liqo_crds_dir
+from e2e.liqo_vk import LiqoVkProcess, ensure_foreign_cluster
 from e2e.planes import CONSUMER_SERVICE_CIDR, POOL_SERVICE_CIDR
 from e2e.procs import end_process, raise_interrupt, start_or_stop
 from e2e.vkbridge_proc import VkbridgeOptions, VkbridgeProcess
@@ -153,6 +154,7 @@ class Testbed:
         self.pool = ControlPlane(
             "pool", base_dir=self.work, service_cidr=POOL_SERVICE_CIDR, bins=bins, extra_args=extra["pool"]
         )
+        liqo_crds_dir()  # fetched once, before the threads, when missing
         with ThreadPoolExecutor(2) as ex:
             for f in [ex.submit(self._bring_up, p) for p in (self.consumer, self.pool)]:
                 f.result()
@@ -187,13 +189,8 @@ class Testbed:
         say(f"testbed up in {self.startup_seconds:.0f}s")
 
     def _bring_up(self, plane: ControlPlane) -> None:
-        """A plane with Liqo's CRDs, plus the two Liqo's VK waits for (for every impl: one testbed)."""
+        """A plane with every CRD of Liqo's chart (its VK waits for two vkbridge never uses): one testbed."""
         plane.start(180, True)
-        extra = extra_crds_dir()
-        if extra is not None:
-            plane.install_crds(extra)
-        elif self.opts.impl == "liqo":
-            raise RuntimeError("Liqo's VK needs its extra CRDs: set VKBRIDGE_LIQO_EXTRA_CRDS")
 
     def start_vk(self) -> VkbridgeProcess:
         """The implementation under test, as deployed (Liqo's flags), started on its core when isolated."""

@@ -2,9 +2,9 @@
 
 Lookup order per binary: ``TEST_ASSET_<NAME>``, ``$KUBEBUILDER_ASSETS/<name>``, the project cache
 ``<repo>/.k8s-bin/k8s/<X.Y.Z>-linux-amd64/`` and then the setup-envtest store
-``${XDG_DATA_HOME:-~/.local/share}/kubebuilder-envtest/k8s/<X.Y.Z>-*/``. For the two directory stores the
-directory of the pinned version (``hack/versions.env``) wins when it holds every still-missing binary, else the
-newest one that does, so one plane never mixes versions; ``k8s_version_in_use`` says which (pytest's header).
+``${XDG_DATA_HOME:-~/.local/share}/kubebuilder-envtest/k8s/<X.Y.Z>-*/``. For the two directory stores
+the directory of the pinned version (``hack/versions.env``) wins when it holds every still-missing binary,
+else the newest one that does, so one plane never mixes versions; ``k8s_version_in_use`` says which.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def pinned_k8s_version() -> str:
 
 
 def _version_dirs(store: Path) -> list[Path]:
-    """Version directories: the pinned version's first, then newest first (by X.Y.Z, as setup-envtest sorts)."""
+    """Version directories: the pinned version's first, then newest first (by X.Y.Z, as setup-envtest)."""
     if not store.is_dir():
         return []
     found = []
@@ -151,7 +151,7 @@ def k8s_version_in_use() -> str:
     try:
         path = find_binaries(("kube-apiserver",), build=False)["kube-apiserver"]
     except BinariesNotFound:
-        return f"kubernetes: no kube-apiserver yet (pinned v{pinned_k8s_version()}; the first plane builds it)"
+        return f"kubernetes: no kube-apiserver yet (pinned v{pinned_k8s_version()}; a plane builds it)"
     m = _VERSION_DIR.match(path.parent.name)
     version = ".".join(m.groups()) if m else "unknown (an override)"
     pin = pinned_k8s_version()

@@ -39,7 +39,8 @@ from typing import Any
 import yaml
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPublicKeyTypes
 
-from e2e.binaries import REPO, find_binaries
+from e2e.binaries import find_binaries
+from e2e.liqo_chart import liqo_crds_dir
 from e2e.pki import CertAuthority, Issued, rsa_key_pair, write_pem
 from e2e.procs import LoggedProcess
 from e2e.waiting import wait_until
@@ -403,10 +404,10 @@ class ControlPlane:
         return result
 
     def install_crds(self, source: Path | None = None, timeout: float = 60) -> list[str]:
-        """Server-side apply the Liqo v1.2 CRDs and wait until each is Established; returns CRD names."""
+        """Server-side apply Liqo's CRDs (all its chart's), wait until each is Established; returns names."""
         src = source or crd_source()
         if not src.is_dir():
-            raise PlaneError(f"CRD directory {src} does not exist (set VKBRIDGE_LIQO_CRDS)")
+            raise PlaneError(f"CRD directory {src} does not exist (VKBRIDGE_LIQO_CRDS)")
         files = sorted(p for p in src.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
         names = []
         for f in files:
@@ -595,9 +596,7 @@ def serving_flags(ip: str, port: int, cert: Path, key: Path) -> list[str]:
 
 
 def crd_source() -> Path:
-    """Where the Liqo v1.2 CRDs come from: $VKBRIDGE_LIQO_CRDS, ../shared/liqo-crds-v1.2.0, <repo>/crds."""
+    """Where the Liqo CRDs come from: $VKBRIDGE_LIQO_CRDS, else every CRD of Liqo's chart at the pinned
+    version (e2e/liqo_chart.py: fetched from Liqo's Go module into the binary store once per machine)."""
     env = os.environ.get("VKBRIDGE_LIQO_CRDS")
-    if env:
-        return Path(env)
-    shared = REPO.parent / "shared" / "liqo-crds-v1.2.0"
-    return shared if shared.is_dir() else REPO / "crds"
+    return Path(env) if env else liqo_crds_dir()

@@ -29,7 +29,6 @@ BINARY_ENV = "TEST_ASSET_LIQO_VIRTUAL_KUBELET"
 IMPLS = ("vkbridge", "liqo")
 # Our flags that Liqo's cmd/virtual-kubelet/root/flag.go (v1.2.0) does not define; pflag rejects them.
 NOT_LIQO_FLAGS = ("--node-status-interval",)
-EXTRA_CRDS = REPO.parent / "shared" / "liqo-crds-v1.2.0-vk-extra"
 
 
 class LiqoUnavailable(RuntimeError):
@@ -42,12 +41,6 @@ def impl_from_env() -> str:
     if impl not in IMPLS:
         raise ValueError(f"VKBRIDGE_IMPL={impl!r}: expected one of {', '.join(IMPLS)}")
     return impl
-
-
-def extra_crds_dir() -> Path | None:
-    """Liqo's two CRDs vkbridge never uses (its VK waits for them): $VKBRIDGE_LIQO_EXTRA_CRDS or ../shared."""
-    d = Path(os.environ.get("VKBRIDGE_LIQO_EXTRA_CRDS", EXTRA_CRDS))
-    return d if d.is_dir() else None
 
 
 def _candidates() -> list[Path]:
@@ -126,12 +119,6 @@ class LiqoVkProcess(VkbridgeProcess):
         self.binary = binary or find_liqo_vk()
 
     def start(self) -> LiqoVkProcess:
-        if extra_crds_dir() is None:  # say so now, not as every differential test timing out
-            raise LiqoUnavailable(
-                "Liqo's virtual kubelet waits forever for ips.ipam.liqo.io and "
-                f"shadowendpointslices.offloading.liqo.io: their CRDs are not in {EXTRA_CRDS} "
-                "(run from a clone beside ../shared, or set VKBRIDGE_LIQO_EXTRA_CRDS)"
-            )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         node = self.opts.nodename or self.opts.slug
         env = {

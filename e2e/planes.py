@@ -11,7 +11,7 @@ from pathlib import Path
 
 from e2e.binaries import find_binaries
 from e2e.controlplane import ControlPlane
-from e2e.liqo_vk import extra_crds_dir
+from e2e.liqo_chart import liqo_crds_dir
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ def start_planes(
     ``extra_args``: per plane name ("consumer", "pool"), per component, arguments to add (e.g. audit)."""
     t0 = time.monotonic()
     bins = find_binaries()  # once, before the threads: a missing binary triggers a single build
+    if crds:
+        liqo_crds_dir()  # likewise: a missing chart is fetched once
     extra = extra_args or {}
     planes = Planes(
         consumer=ControlPlane(
@@ -82,6 +84,3 @@ def start_planes(
 
 def _bring_up(plane: ControlPlane, timeout: float, crds: bool) -> None:
     plane.start(timeout=timeout, crds=crds)
-    extra = extra_crds_dir()
-    if crds and extra is not None:  # Liqo's VK needs them; installed for both impls: one testbed
-        plane.install_crds(extra)

@@ -11,7 +11,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 out_root=${1:-${VKBRIDGE_K8S_BIN:-${XDG_DATA_HOME:-$HOME/.local/share}/kubebuilder-envtest}}
-version=${LIQO_VERSION:-v1.2.0}
+# shellcheck source=hack/lib/build.sh
+. "$here/lib/build.sh"
+version=${LIQO_VERSION}
 module=github.com/liqotech/liqo
 export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
 

@@ -9,7 +9,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 out_root=${1:-${VKBRIDGE_K8S_BIN:-${XDG_DATA_HOME:-$HOME/.local/share}/kubebuilder-envtest}}
-ms_v=${METRICS_SERVER_VERSION:-v0.8.0}
+# shellcheck source=hack/lib/build.sh
+. "$here/lib/build.sh"
+ms_v=${METRICS_SERVER_VERSION}
 export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
 
 dirs=()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what vkbridge's demo and tests need on a fresh machine; idempotent and quick when done.
-#   Debian packages (only if missing), the Python package with its dev extras, and the control-plane
-#   binaries (built once per machine from the Go module proxy, then reused).
+#   Debian packages (only if missing), the Python package with its dev extras, the control-plane binaries
+#   and Liqo's (built or fetched once per machine from the Go module proxy, then reused). It reads nothing
+#   beside the repo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +37,8 @@ fi
 
 echo "== control-plane binaries"
 bash hack/build-k8s-bins.sh
+echo "== Liqo's chart (its CRDs and ClusterRoles, from Liqo's Go module; the repo keeps no copy)"
+bash hack/fetch-liqo-chart.sh
 echo "== Liqo v1.2's own virtual kubelet (the differential suite's oracle)"
 bash hack/build-liqo-vk.sh
 echo "== metrics-server (kubectl top and HPA tests)"

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from e2e.liqo_chart import chart_rbac
+
 from . import names as n
 from .kube import Kube, Obj, api_path
 
 TENANT_ROLE = "liqo-tenant-identity"
-
-_ALL_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
-_READ = ("get", "list", "watch")
 
 
 def _rule(
@@ -27,21 +26,11 @@ def _rule(
     return rule
 
 
-# pkg/virtualKubelet/roles/remote/role.go (Liqo v1.2), verbatim.
-VK_REMOTE_RULES: list[dict[str, Any]] = [
-    _rule("", ["configmaps", "services", "secrets"], _ALL_VERBS),
-    _rule("", ["pods"], _READ),
-    _rule("", ["pods/log"], ("get", "list")),
-    _rule("", ["pods/exec"], ("create",)),
-    _rule("", ["pods/attach"], ("create",)),
-    _rule("", ["pods/portforward"], ("get", "create")),
-    _rule("", ["persistentvolumeclaims"], ("get", "list", "watch", "create", "delete", "update", "patch")),
-    _rule("", ["events"], _ALL_VERBS),
-    _rule("metrics.k8s.io", ["pods"], _READ),
-    _rule("networking.k8s.io", ["ingresses"], _ALL_VERBS),
-    _rule("offloading.liqo.io", ["shadowpods"], _ALL_VERBS),
-    _rule("offloading.liqo.io", ["shadowendpointslices"], _ALL_VERBS),
-]
+def vk_remote_rules() -> list[dict[str, Any]]:
+    """The rules of ClusterRole ``liqo-virtual-kubelet-remote`` as Liqo's chart ships them (the chart's file,
+    read from the binary store: the repo keeps no copy)."""
+    rules: list[dict[str, Any]] = chart_rbac("liqo-virtual-kubelet-remote-ClusterRole")["rules"]
+    return rules
 
 
 def tenant_rules(slug: str) -> list[dict[str, Any]]:
@@ -78,7 +67,7 @@ async def ensure_vk_clusterrole(pool: Kube) -> None:
             "apiVersion": n.RBAC,
             "kind": "ClusterRole",
             "metadata": {"name": n.VK_REMOTE_CLUSTERROLE, "labels": {n.K8S_MANAGED_BY: "liqo"}},
-            "rules": VK_REMOTE_RULES,
+            "rules": vk_remote_rules(),
         },
     )
 

@@ -43,7 +43,7 @@ kc -n "$ns" wait pod/burst-hello --for=condition=Ready --timeout=5m
 node=$(kc -n "$ns" get pod burst-hello -o jsonpath='{.spec.nodeName}')
 [ "$node" = "$SLUG" ] || die "burst-hello ran on $node, not on the virtual node $SLUG"
 retry_until 60 "the log of burst-hello through the virtual node" \
-  sh -c "\"$KUBECTL\" --kubeconfig \"$CONSUMER_KUBECONFIG\" -n $ns logs burst-hello | grep -q 'hello from the pool'"
+  sh -c "\"$KUBECTL\" --kubeconfig \"$CONSUMER_KUBECONFIG\" -n $ns logs burst-hello | grep 'hello from the pool' >/dev/null"
 log "smoke: passed (pod Running on $SLUG, log read through vkbridge's kubelet API)"
 kc -n "$ns" delete pod burst-hello --wait=false
 

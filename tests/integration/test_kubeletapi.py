@@ -29,7 +29,7 @@ import pytest
 from cryptography import x509
 
 from e2e.controlplane import ControlPlane, free_port, wait_for
-from e2e.emulator.rbac import VK_REMOTE_RULES
+from e2e.emulator.rbac import vk_remote_rules
 from e2e.fakekubelet import FakeKubeletHandle
 from e2e.fixtures_pool import POOL_NODES
 from e2e.pki import CertAuthority
@@ -569,7 +569,7 @@ async def test_a_pool_that_forbids_websocket_exec_is_reached_over_spdy(
     tag = uuid.uuid4().hex[:5]
     user = f"liqo-vk-{tag}"
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": user}, "rules": VK_REMOTE_RULES}  # fmt: skip
+            "metadata": {"name": user}, "rules": vk_remote_rules()}  # fmt: skip
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",

@@ -37,7 +37,11 @@ def bin_dir(tmp_path: Path) -> Path:
 
 def _bash(script: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", "-c", f"set -euo pipefail\n{script}"], capture_output=True, text=True, timeout=60, check=False
+        ["bash", "-c", f"set -euo pipefail\n{script}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -49,9 +53,7 @@ def test_the_old_pipeline_loses_the_race_with_the_fake(bin_dir: Path) -> None:
 
 def test_version_step_passes_fifty_times_in_a_row(bin_dir: Path) -> None:
     runs = 50
-    res = _bash(
-        f'. "{LIB}"\nfor i in $(seq {runs}); do binaries_answer "{bin_dir}" etcd; done\necho done'
-    )
+    res = _bash(f'. "{LIB}"\nfor i in $(seq {runs}); do binaries_answer "{bin_dir}" etcd; done\necho done')
     assert res.returncode == 0, (res.returncode, res.stdout[-500:], res.stderr)
     lines = res.stdout.splitlines()
     assert lines[:-1] == ["etcd: etcd Version: 3.6.16"] * runs and lines[-1] == "done"
