@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--impl", choices=IMPLS, default=impl_from_env(),
-        help="the virtual kubelet to run: vkbridge, or Liqo v1.2's own (hack/build-liqo-vk.sh)",
+        help="the virtual kubelet to run: vkbridge, or Liqo v1.2's own (hack/build-liqo.sh)",
     )  # fmt: skip
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)

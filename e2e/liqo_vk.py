@@ -1,6 +1,6 @@
 """Liqo v1.2's own virtual kubelet in the testbed: the oracle of the differential suite.
 
-The binary is built from the Go module proxy by hack/build-liqo-vk.sh (never part of the repo) and found
+The binary is built from the Go module proxy by hack/build-liqo.sh (never part of the repo) and found
 envtest-style: ``TEST_ASSET_LIQO_VIRTUAL_KUBELET``, ``<repo>/.k8s-bin/liqo/<ver>-linux-amd64/``, then
 ``${XDG_DATA_HOME:-~/.local/share}/kubebuilder-envtest/liqo/<ver>-linux-amd64/``. ``LiqoVkProcess`` has
 VkbridgeProcess's interface (start/stop/kill/alive/log_text/wait_for_log/tail/metrics), so a fixture can run

@@ -39,7 +39,7 @@ echo "== control-plane binaries"
 bash hack/build-k8s-bins.sh
 echo "== Liqo's chart (its CRDs and ClusterRoles, from Liqo's Go module; the repo keeps no copy)"
 bash hack/fetch-liqo-chart.sh
-echo "== Liqo v1.2's own virtual kubelet (the differential suite's oracle)"
-bash hack/build-liqo-vk.sh
+echo "== Liqo's own components: its virtual kubelet (the differential suite's oracle), controller-manager, webhook, crd-replicator"
+bash hack/build-liqo.sh
 echo "== metrics-server (kubectl top and HPA tests)"
 bash hack/build-metrics-server.sh || echo "setup: no metrics-server; tests/integration/test_top_and_hpa.py will skip" >&2

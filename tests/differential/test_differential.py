@@ -6,7 +6,7 @@ ignore list of naturally unique fields) and diffed. The differences must be exac
 docs/compatibility.md for that scenario: a new difference, or a documented one that went away, fails.
 This file: a pod's life (references, grant, GPU, DaemonSet, quota, deletion both ways, metadata);
 test_differential_node.py: the Node, its Lease, a restart, API writes. Harness: harness.py, conftest.py.
-Run alone: ``hack/test.sh tests/differential -m differential`` (Liqo's binary: hack/build-liqo-vk.sh).
+Run alone: ``hack/test.sh tests/differential -m differential`` (Liqo's binary: hack/build-liqo.sh).
 """
 
 from __future__ import annotations
