@@ -59,6 +59,23 @@ def test_version_step_passes_fifty_times_in_a_row(bin_dir: Path) -> None:
     assert lines[:-1] == ["etcd: etcd Version: 3.6.16"] * runs and lines[-1] == "done"
 
 
+def test_version_step_fails_on_a_binary_that_refuses_its_flag(bin_dir: Path) -> None:
+    """A binary that does not answer (kubectl has no --version) fails the step, not just prints an error."""
+    bad = bin_dir / "kube-scheduler"
+    bad.write_text("#!/bin/sh\necho 'error: unknown flag: --version' >&2\nexit 1\n")
+    bad.chmod(0o755)
+    res = _bash(f'. "{LIB}"\nbinaries_answer "{bin_dir}" etcd kube-scheduler')
+    assert res.returncode != 0 and "unknown flag" in res.stdout, (res.returncode, res.stdout)
+
+
+def test_kubectl_is_asked_its_client_version(bin_dir: Path) -> None:
+    kubectl = bin_dir / "kubectl"
+    kubectl.write_text('#!/bin/sh\n[ "$*" = "version --client" ] || exit 1\necho "Client Version: v1.36.3"\n')
+    kubectl.chmod(0o755)
+    res = _bash(f'. "{LIB}"\nbinaries_answer "{bin_dir}" kubectl')
+    assert res.returncode == 0 and res.stdout == "kubectl: Client Version: v1.36.3\n", res
+
+
 def test_version_step_fails_on_a_missing_binary(bin_dir: Path) -> None:
     res = _bash(f'. "{LIB}"\nbinaries_answer "{bin_dir}" etcd kube-apiserver')
     assert res.returncode != 0 and "kube-apiserver: missing" in res.stdout
