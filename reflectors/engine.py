@@ -461,9 +461,5 @@ class ReflectionEngine:
         m = self.ctx.metrics
         while True:
             m.reflected_pods.set(sum(len(p.shadows) for p in self.pairs.values()))
-            for resource, value in self.admission.grant.resources.items():
-                m.grant.labels(resource=resource).set(float(value))
-            used = self.admission.used()
-            for resource in set(used) | set(self.admission.grant.resources):
-                m.grant_used.labels(resource=resource).set(float(used.get(resource, 0)))
+            m.show_grant(self.admission.grant.resources, self.admission.used())
             await asyncio.sleep(5.0)

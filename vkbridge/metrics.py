@@ -148,6 +148,8 @@ class Metrics:
             ["resource"],
             registry=r,
         )
+        self._granted_shown: set[str] = set()  # the resources of the two gauges above (show_grant)
+        self._used_shown: set[str] = set()
         # Read at scrape time from the engine's wait list (`set_function`): a pod leaves it when admitted,
         # deleted, finished or its namespace is no longer paired.
         self.pods_waiting_for_grant = Gauge(
@@ -211,6 +213,21 @@ class Metrics:
             name,
             registry=r,
         )
+
+    def show_grant(self, granted: Mapping[str, Any], used: Mapping[str, Any]) -> None:
+        """``vkbridge_grant_resources`` for exactly the resources granted, ``_used_`` for those granted
+        or in use: a resource the grant no longer lists has no sample (a withdrawn GPU grant read 2)."""
+        in_use = {**dict.fromkeys(granted, 0), **used}
+        for gauge, values, shown in (
+            (self.grant, granted, self._granted_shown),
+            (self.grant_used, in_use, self._used_shown),
+        ):
+            for resource in shown - values.keys():
+                gauge.remove(resource)
+            shown.clear()
+            for resource, value in values.items():
+                gauge.labels(resource=resource).set(float(value))
+                shown.add(resource)
 
     def workqueue(self, name: str) -> QueueMetrics:
         """The metrics for a ``WorkQueue(name, metrics=...)``."""

@@ -450,3 +450,68 @@ def test_spdy_host_header_never_carries_userinfo() -> None:
     assert host_header("https://admin:s3cr3t@pool.example:6443/prefix") == "pool.example:6443"
     assert host_header("https://pool.example") == "pool.example"
     assert host_header("https://[fd00::1]:443") == "[fd00::1]:443"
+
+
+# ---------------------------------------------------------------------------------------------- hot swap
+# Issue 35 item 8: a Secret edit that changes only tls-server-name or proxy-url is a change to swap in.
+
+
+class _SwapPool:
+    """The pool client's credential seam (``credentials``, ``swap_credentials``), in memory."""
+
+    def __init__(self, creds: Credentials) -> None:
+        self.credentials = creds
+        self.swapped = asyncio.Event()
+
+    async def swap_credentials(self, creds: Credentials) -> None:
+        self.credentials = creds
+        self.swapped.set()
+
+
+class _SecretFeed:
+    """The Secret cache's change feed: the watcher subscribes, the test publishes."""
+
+    def __init__(self) -> None:
+        self.handlers: list[Callable[[str, Any, Any], None]] = []
+
+    def subscribe(self, handler: Callable[[str, Any, Any], None]) -> Callable[[], None]:
+        self.handlers.append(handler)
+        return lambda: None
+
+    def publish(self, config: dict[str, Any]) -> None:
+        secret = {"data": {"kubeconfig": _b64(json.dumps(config).encode())}}
+        for handler in self.handlers:
+            handler("MODIFIED", None, secret)
+
+
+PROXY_PASSWORD = "proxy-PASSWORD-9f8e7d"
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        ({"tls-server-name": "pool.internal"}, "tls_server_name"),
+        ({"proxy-url": f"http://ops:{PROXY_PASSWORD}@proxy.internal:3128"}, "proxy_url"),
+    ],
+)
+async def test_a_secret_edit_of_only_tls_server_name_or_proxy_url_is_swapped_in_without_a_restart(
+    pki: dict[str, bytes], edit: dict[str, str], field: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from vkbridge.credentials.remote import RemoteCredentialWatcher
+    from vkbridge.logs import TextFormatter
+
+    caplog.set_level("DEBUG")
+    pool = _SwapPool(parse_kubeconfig(kubeconfig(pki), source="Secret t/kubeconfig"))
+    feed = _SecretFeed()
+    watcher = RemoteCredentialWatcher(pool, feed, "t/kubeconfig")  # type: ignore[arg-type]
+    task = asyncio.create_task(watcher.run())
+    try:
+        feed.publish(kubeconfig(pki))  # the same content again: nothing to swap
+        feed.publish(kubeconfig(pki, cluster=edit))
+        await asyncio.wait_for(pool.swapped.wait(), 2.0)
+    finally:
+        task.cancel()
+    assert getattr(pool.credentials, field) == next(iter(edit.values())) and watcher.swaps == 1
+    text = "\n".join(TextFormatter().format(r) for r in caplog.records)
+    assert "pool credential swapped" in text and f"changed={field}" in text
+    assert PROXY_PASSWORD not in text and TOKEN not in text and "PRIVATE KEY" not in text

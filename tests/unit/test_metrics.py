@@ -115,3 +115,19 @@ def test_node_ready_reads_the_ready_condition() -> None:
     assert node_ready(node("True")) == 1
     assert node_ready(node("Unknown")) == 0 and node_ready(node("False")) == 0
     assert node_ready(None) == 0 and node_ready({"status": {"conditions": ["junk"]}}) == 0
+
+
+def test_a_withdrawn_grant_resource_has_no_grant_or_used_sample() -> None:
+    """Issue 35 item 9: a GPU grant withdrawn must not read 2 forever."""
+    m = Metrics()
+    gpu = "nvidia.com/gpu"
+    m.show_grant({"cpu": 2, gpu: 2, "pods": 10}, {"cpu": 1, gpu: 2, "pods": 1})
+    assert m.registry.get_sample_value("vkbridge_grant_resources", {"resource": gpu}) == 2
+    assert m.registry.get_sample_value("vkbridge_grant_used_resources", {"resource": gpu}) == 2
+    m.show_grant({"cpu": 2, "pods": 10}, {"cpu": 1, gpu: 1, "pods": 1})  # withdrawn; one pod still holds one
+    assert m.registry.get_sample_value("vkbridge_grant_resources", {"resource": gpu}) is None
+    assert m.registry.get_sample_value("vkbridge_grant_used_resources", {"resource": gpu}) == 1
+    m.show_grant({"cpu": 2, "pods": 10}, {"cpu": 1, "pods": 1})  # that pod finished
+    assert m.registry.get_sample_value("vkbridge_grant_used_resources", {"resource": gpu}) is None
+    assert m.registry.get_sample_value("vkbridge_grant_used_resources", {"resource": "pods"}) == 1
+    assert m.registry.get_sample_value("vkbridge_grant_resources", {"resource": "cpu"}) == 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -56,6 +57,19 @@ def describe(creds: Credentials) -> dict[str, object]:
         "serial": format(info.serial, "x"),
         "not_after": rfc3339(info.not_after),
     }
+
+
+def changed_fields(new: Credentials, current: Credentials) -> list[str]:
+    """Names of the fields ``new`` changes (never their values: keys, tokens, proxy userinfo).
+
+    Every field counts (``tls-server-name`` and ``proxy-url`` as much as the key): the client reads them
+    all. Where it was read from (``source``) does not.
+    """
+    return [
+        f.name
+        for f in dataclasses.fields(Credentials)
+        if f.name != "source" and getattr(new, f.name) != getattr(current, f.name)
+    ]
 
 
 def is_downgrade(new: Credentials, current: Credentials) -> bool:
@@ -126,13 +140,7 @@ class RemoteCredentialWatcher:
                     **describe(current),
                 )
             return
-        if (
-            creds.client_cert_pem == current.client_cert_pem
-            and creds.client_key_pem == current.client_key_pem
-            and creds.token == current.token
-            and creds.server == current.server
-            and creds.ca_pem == current.ca_pem
-        ):
+        if not changed_fields(creds, current):
             return
         self._pending = creds
         self._wake.set()
@@ -143,12 +151,13 @@ class RemoteCredentialWatcher:
             self._wake.clear()
             if self._pending is not None:
                 creds, self._pending = self._pending, None
+                changed = ",".join(changed_fields(creds, self._pool.credentials))
                 try:
                     await self._pool.swap_credentials(creds)
                 except (KubeconfigError, ValueError, OSError) as err:
                     log.error("pool credential rejected; keeping the previous one", error=str(err)[:200])
                 else:
                     self.swaps += 1
-                    log.info("pool credential swapped", **describe(creds))
+                    log.info("pool credential swapped", changed=changed, **describe(creds))
                     if self._on_swap is not None:
                         self._on_swap(creds)

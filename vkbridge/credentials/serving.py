@@ -4,7 +4,10 @@
 certificate manager does for Liqo's VK), ``self-signed`` makes one locally. The key lives in memory
 only. ``current_keypair()`` feeds the kubelet API listener's SNI callback (kubeletapi.tls.ServingTLS),
 so rotation never restarts it. While a CSR waits for approval we say so every minute with the command
-that unblocks it: LIQO issue #241 was a node stuck silently on an unapproved CSR.
+that unblocks it: LIQO issue #241 was a node stuck silently on an unapproved CSR. As client-go's
+certificate manager, a CSR not issued within 15 minutes is given up and a new one asked for (with a
+new key, after the round's capped backoff): a request that was lost or garbage-collected never blocks
+the node for good.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ SELF_SIGNED_MIN_LEFT: Final = dt.timedelta(days=1)
 MAX_SLEEP_S: Final = 600.0  # re-read the wall clock at least this often
 MIN_ROTATE_AFTER: Final = dt.timedelta(seconds=60)
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+CSR_WAIT_TIMEOUT: Final = 15 * 60.0  # client-go's certificateWaitTimeout
 
 
 class ServingCertificateError(Exception):
@@ -141,6 +145,7 @@ class ServingCertificateManager:
         wait_log_interval: float = 60.0,
         retry_base: float = 5.0,
         retry_cap: float = 300.0,
+        approval_timeout: float | None = None,
         clock: Callable[[], dt.datetime] = _utcnow,
     ) -> None:
         if certificate_type not in ("kubelet", "aws", "self-signed"):
@@ -154,6 +159,7 @@ class ServingCertificateManager:
         self._expiration_seconds = expiration_seconds
         self._wait_log_interval = wait_log_interval
         self._retry_base, self._retry_cap = retry_base, retry_cap
+        self._approval_timeout = CSR_WAIT_TIMEOUT if approval_timeout is None else approval_timeout
         self._clock = clock
         self._pair: ServingKeyPair | None = None
         self._cert_pem: bytes | None = None
@@ -335,19 +341,25 @@ class ServingCertificateManager:
             )
 
     async def _await_certificate(self, name: str, csr: dict[str, Any]) -> bytes:
-        """Watch the CSR until it is issued (or denied); one reminder per ``wait_log_interval``."""
+        """Watch the CSR until it is issued (or denied); one reminder per ``wait_log_interval``. Given up
+        (``ServingCertificateError``) after ``approval_timeout``, so the next round asks anew."""
         rv = str(csr["metadata"].get("resourceVersion") or "")
         next_log = time.monotonic() + self._wait_log_interval
+        give_up = time.monotonic() + self._approval_timeout
         retry = Backoff(0.5, 10.0)
         while True:
             chain = self._issued(csr, name)
             if chain is not None:
                 return chain
+            if time.monotonic() >= give_up:
+                raise ServingCertificateError(
+                    f"CSR {name} was not issued within {self._approval_timeout:.0f}s; asking anew"
+                )
             if time.monotonic() >= next_log:
                 self._log_waiting(name, csr)
                 next_log = time.monotonic() + self._wait_log_interval
             try:
-                async with asyncio.timeout(max(0.5, next_log - time.monotonic())):
+                async with asyncio.timeout(max(0.05, min(next_log, give_up) - time.monotonic())):
                     got = await self._next_change(name, rv)
                 if got is not None:
                     csr, rv = got, str(got["metadata"].get("resourceVersion") or rv)

@@ -70,6 +70,25 @@ WATCH_OPENED: Final = "vkbridge.io/WatchOpened"  # see KubeClient.watch(announce
 WATCH_READ_SLACK: Final = 15.0
 READ_BUFSIZE: Final = 2**21
 _ERROR_BODY_LIMIT: Final = 64 * 1024
+# A server (a broken proxy, a hostile pool) could send a body or a watch line without end. One stored object
+# is at most ~3 MiB of JSON (kube-apiserver refuses larger request bodies), so a watch line over 16 MiB is
+# no event; a body is a list page of at most PAGE_SIZE (500) objects, typically a few MiB, refused at 256.
+MAX_BODY_BYTES: Final = 256 * 2**20
+MAX_WATCH_LINE_BYTES: Final = 16 * 2**20
+
+
+async def read_bounded(resp: aiohttp.ClientResponse, limit: int, what: str) -> bytes:
+    """The whole (decoded) body, refused past ``limit`` bytes, told by Content-Length or while read."""
+    if resp.content_length is not None and resp.content_length > limit:
+        raise ApiError(
+            resp.status, "ResponseTooLarge", f"{what}: body of {resp.content_length} bytes > {limit}"
+        )
+    buf = bytearray()
+    async for chunk in resp.content.iter_any():
+        buf += chunk
+        if len(buf) > limit:
+            raise ApiError(resp.status, "ResponseTooLarge", f"{what}: body over {limit} bytes")
+    return bytes(buf)
 
 
 def _query(params: Params | None) -> list[tuple[str, str]]:
@@ -309,7 +328,7 @@ class KubeClient(ResourceVerbs):
                 ) as resp,
             ):
                 status = flight.status = resp.status
-                raw = await resp.read()
+                raw = await read_bounded(resp, MAX_BODY_BYTES, f"{method} {path}")
                 http_reason = resp.reason or ""
                 retry_after = resp.headers.get("Retry-After")
         except Exception as exc:
@@ -374,7 +393,11 @@ class KubeClient(ResourceVerbs):
                 ) as resp,
             ):
                 flight.status = resp.status
-                await resp.read()
+                read = 0
+                async for chunk in resp.content.iter_any():  # the status is the answer: the body, drained
+                    read += len(chunk)
+                    if read > _ERROR_BODY_LIMIT:  # no probe body is this long: stop (the connection closes)
+                        break
                 return resp.status
         except Exception as exc:
             if not is_transport_failure(exc):
@@ -438,12 +461,19 @@ class KubeClient(ResourceVerbs):
                         yield {"type": WATCH_OPENED}
                     buf = bytearray()
                     async for chunk in resp.content.iter_any():
+                        scanned = len(buf)  # no newline before: look only in what is new
                         buf += chunk
-                        while (nl := buf.find(b"\n")) >= 0:
-                            line = bytes(buf[:nl])
-                            del buf[: nl + 1]
+                        start = 0
+                        while (nl := buf.find(b"\n", max(start, scanned))) >= 0:
+                            line = bytes(buf[start:nl])
+                            start = nl + 1
                             if line.strip():
                                 yield watch_event(line)
+                        del buf[:start]
+                        if len(buf) > MAX_WATCH_LINE_BYTES:  # one event that never ends: no event
+                            raise TransportError(
+                                f"watch stream: event line over {MAX_WATCH_LINE_BYTES} bytes"
+                            )
                     if buf.strip():
                         yield watch_event(bytes(buf))
                 finally:

@@ -62,10 +62,14 @@ def _figure(
     if resource not in usage:
         return None
     try:
-        return int(parse_quantity(str(usage[resource])) * Fraction(scale))
+        value = int(parse_quantity(str(usage[resource])) * Fraction(scale))
     except QuantityError as exc:
         bad(*where, f"{resource}: {exc}")
         return None
+    if value < 0:  # usage is never negative: a cumulative counter fed one would go backwards
+        bad(*where, f"{resource}: negative usage {str(usage[resource])[:40]!r}")
+        return None
+    return value
 
 
 def _usage(usage: Mapping[str, Any], where: tuple[str, str], bad: BadFigure) -> tuple[int | None, int | None]:
@@ -90,24 +94,62 @@ def _cpu_mem(when: str, cpu: int | None, mem: int | None, cumulative: int | None
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS: Final = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_MAX_DURATION_S: Final = (2**63 - 1) / 1e9  # Go's Duration is int64 nanoseconds (~292 years)
 
 
 def go_duration(text: str) -> float | None:
-    """Seconds in a Go ``time.Duration`` string ("30s", "1m0.5s", "250ms"); None if it is not one."""
+    """Seconds in a Go ``time.Duration`` string ("30s", "1m0.5s", "250ms"); None if it is not one.
+
+    Beyond int64 nanoseconds is not one either (Go's ParseDuration refuses it): a 400-digit figure
+    would be infinite here, and infinity times a rate has no integer value.
+    """
     pos, total = 0, 0.0
     for m in _DURATION.finditer(text):
         if m.start() != pos:
             return None
         total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
         pos = m.end()
-    return total if pos == len(text) and text else None
+    return total if pos == len(text) and text and total <= _MAX_DURATION_S else None
 
 
 def _epoch(text: str) -> float | None:
     try:
         return dt.datetime.fromisoformat(text).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
+
+
+def _window(pm: Obj, pod: str, bad: BadFigure) -> float:
+    """A PodMetrics window in seconds; 0 (a first sample counts no CPU time) if missing or unusable."""
+    raw = pm.get("window")
+    if not raw:
+        return 0.0
+    seconds = go_duration(str(raw))
+    if seconds is None:
+        bad(pod, "", f"window: not a Go duration: {str(raw)[:40]!r}")
+        return 0.0
+    return seconds
+
+
+def _containers(pm: Obj, pod: str, bad: BadFigure) -> list[tuple[str, Mapping[str, Any]]]:
+    """(name, usage map) of each container entry of a PodMetrics; malformed entries are left out (told
+    to ``bad``), so one pod's broken answer never costs the others their stats."""
+    entries = pm.get("containers") or []
+    if not isinstance(entries, list):
+        bad(pod, "", f"containers: not a list but {type(entries).__name__}")
+        return []
+    out: list[tuple[str, Mapping[str, Any]]] = []
+    for c in entries:
+        if not isinstance(c, dict):
+            bad(pod, "", f"container entry: not an object but {type(c).__name__}")
+            continue
+        name = str(c.get("name", ""))
+        usage = c.get("usage") or {}
+        if not isinstance(usage, dict):
+            bad(pod, name, f"usage: not an object but {type(usage).__name__}")
+            usage = {}
+        out.append((name, usage))
+    return out
 
 
 ContainerKey = tuple[str, str, str]  # (namespace, pod, container), local names
@@ -178,8 +220,9 @@ def build_summary(
     """Pure: a Summary with one entry per pod; usage only for pods that have PodMetrics.
 
     Containers are the running ones (with ``startTime``) and those with PodMetrics. A figure that
-    does not parse is left out (the rest of the Summary stands) and told to ``bad_figure``. With
-    ``counters``, CPU also carries the cumulative ``usageCoreNanoSeconds`` (``CpuCounters``).
+    does not parse, or an entry of the wrong shape, is left out (the rest of the Summary stands) and
+    told to ``bad_figure``. With ``counters``, CPU also carries the cumulative ``usageCoreNanoSeconds``
+    (``CpuCounters``).
     """
     node: Obj = {"nodeName": node_name, "startTime": rfc3339(start_time)}
     out_pods: list[Obj] = []
@@ -198,12 +241,12 @@ def build_summary(
         containers: dict[str, Obj] = {c: {"name": c, "startTime": t} for c, t in container_start.items()}
         pm = metrics.get((ns, name))
         if pm is not None:
+            where = f"{ns}/{name}"
             when = str(pm.get("timestamp") or rfc3339(now))
-            at, window = _epoch(when), go_duration(str(pm.get("window") or "")) or 0.0
+            at, window = _epoch(when), _window(pm, where, bad_figure)
             pod_cpu = pod_mem = pod_cum = 0
-            for c in pm.get("containers") or []:
-                cname = str(c.get("name", ""))
-                cpu, mem = _usage(c.get("usage") or {}, (f"{ns}/{name}", cname), bad_figure)
+            for cname, usage in _containers(pm, where, bad_figure):
+                cpu, mem = _usage(usage, (where, cname), bad_figure)
                 cum = None
                 if counters is not None and cpu is not None and at is not None:
                     cum = counters.observe((ns, name, cname), container_start.get(cname, ""), at, window, cpu)
@@ -307,6 +350,12 @@ class PodRefs:
         self._unsubscribe()
 
 
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """A shared read whose scrapes all gave up: its outcome is nobody's, so asyncio must not warn."""
+    if not task.cancelled():
+        task.exception()
+
+
 @dataclass(frozen=True)
 class Collected:
     """One Summary and whether reading the pool's usage failed (``scrape_error`` of /metrics/resource)."""
@@ -338,27 +387,33 @@ class StatsProvider:
         self._backoff = UNAVAILABLE_TTL
         self._told: set[tuple[str, str, str]] = set()
         self.counters = CpuCounters()
-        self._lock = asyncio.Lock()  # scrapes in turn: the counters integrate one sample at a time
+        self._reading: asyncio.Task[tuple[dict[tuple[str, str], Obj], bool]] | None = None
 
     async def summary(self) -> Obj:
         return (await self.collect()).summary
 
     async def collect(self) -> Collected:
-        async with self._lock:
-            pods = self._local_pods()
+        """One Summary. Scrapes that arrive while the pool's usage is being read share that read, so
+        none queues behind another's slow pool answer (each waits for one read at most); the counters
+        integrate in ``build_summary``, which does not await: one sample at a time without a lock."""
+        pods = self._local_pods()
+        if self._reading is None or self._reading.done():
             namespaces = {str((p.get("metadata") or {}).get("namespace", "")) for p in pods}
-            try:
-                metrics, error = await self._pod_metrics(namespaces)
-            except ApiError as exc:  # a pool that answers badly or not at all: what is known, and say so
-                log.warning(
-                    "cannot read pod metrics from the pool; stats without usage", error=str(exc)[:300]
-                )
-                metrics, error = {}, True
-            now = dt.datetime.now(dt.UTC)
-            summary = build_summary(
-                self._node_name, self._start, pods, metrics, now, self._bad_figure, self.counters
-            )
-            return Collected(summary, error)
+            self._reading = asyncio.get_running_loop().create_task(self._read_usage(namespaces))
+            self._reading.add_done_callback(_retrieved)
+        metrics, error = await asyncio.shield(self._reading)  # a scrape that gives up ends only itself
+        now = dt.datetime.now(dt.UTC)
+        summary = build_summary(
+            self._node_name, self._start, pods, metrics, now, self._bad_figure, self.counters
+        )
+        return Collected(summary, error)
+
+    async def _read_usage(self, namespaces: set[str]) -> tuple[dict[tuple[str, str], Obj], bool]:
+        try:
+            return await self._pod_metrics(namespaces)
+        except ApiError as exc:  # a pool that answers badly or not at all: what is known, and say so
+            log.warning("cannot read pod metrics from the pool; stats without usage", error=str(exc)[:300])
+            return {}, True
 
     def _bad_figure(self, pod: str, container: str, what: str) -> None:
         """Logged once per pod, container and resource: a scrape every 15 s must not flood the log."""
@@ -413,8 +468,18 @@ class StatsProvider:
                 body = await self._pool.request(
                     "GET", f"{METRICS_PREFIX}/namespaces/{remote}/pods", timeout=FETCH_TIMEOUT
                 )
-            items = [i for i in body.get("items") or [] if isinstance(i, dict)]
-            return [((local, str((i.get("metadata") or {}).get("name", ""))), i) for i in items]
+            items = body.get("items") or []
+            if not isinstance(items, list):
+                self._bad_figure(f"{local}/*", "", f"items: not a list but {type(items).__name__}")
+                return []
+            found = []
+            for i in items:
+                meta = i.get("metadata") if isinstance(i, dict) else None
+                if not isinstance(meta, dict):
+                    self._bad_figure(f"{local}/*", "", "PodMetrics: not an object with metadata")
+                    continue
+                found.append(((local, str(meta.get("name", ""))), i))
+            return found
 
         results = await asyncio.gather(*(one(ns, r) for ns, r in pairs), return_exceptions=True)
         out: dict[tuple[str, str], Obj] = {}
