@@ -33,9 +33,9 @@ from reflectors.forge.configuration import (
     configmap_skip_reason,
     copy_matches,
     forge_remote_copy,
+    kept_for_other_nodes,
     missing_message,
     needs_recreate,
-    other_node_marks,
     reserved_name_reason,
     secret_skip_reason,
 )
@@ -420,10 +420,19 @@ class ConfigurationReflector(PairReflector[ConfigPair]):
             await self.copies.delete(pair, ref, remote, local, "type or immutable content changed")
             remote = None
         if remote is not None:
-            # The copy is shared with the other virtual nodes of the namespace: keep their marks (with one
-            # field manager for all nodes, a mark left out of an apply is removed). The resourceVersion
-            # below makes a mark added meanwhile conflict instead of being lost.
-            body["metadata"]["labels"].update(other_node_marks(remote, self.ctx.node_name))
+            # The copy is shared with the other virtual nodes of the namespace: keep their marks, and what
+            # our offloadingPatch leaves out that another node may reflect (with one field manager for all
+            # nodes, a key left out of an apply is removed). The resourceVersion below makes a mark added
+            # meanwhile conflict instead of being lost.
+            patch = self.ctx.offloading_patch() or {}
+            labels, annotations = kept_for_other_nodes(
+                remote,
+                self.ctx.node_name,
+                patch.get("labelsNotReflected") or (),
+                patch.get("annotationsNotReflected") or (),
+            )
+            body["metadata"]["labels"].update(labels)
+            body["metadata"]["annotations"].update(annotations)
             # Ownership precondition: the apply fails (409) if the copy changed since we saw it ours.
             # Our own last write is newer than a cache that has not shown it yet.
             applied = self.copies.applied.get(ref)

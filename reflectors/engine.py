@@ -21,6 +21,7 @@ from reflectors.fallback import FallbackReflector
 from reflectors.forge import constants as c
 from reflectors.forge import names as fnames
 from reflectors.forge import pods as fp
+from reflectors.forge.shadowpod import local_pod_uid_of
 from reflectors.generic import PoolUnavailable, Reflector, count_result
 from reflectors.pairs import NamespacePair, new_pair, remote_selector
 from reflectors.pods import PodReflector
@@ -127,7 +128,11 @@ class ReflectionEngine:
         ctx.metrics.pods_waiting_for_grant.set_function(lambda: len(admission.waiters))
         self.fallback = FallbackReflector(ctx)
         self.events = RemoteEventReflector(
-            ctx, self.local_pods, event_workers, inactivity_timeout=inactivity_timeout
+            ctx,
+            self.local_pods,
+            event_workers,
+            inactivity_timeout=inactivity_timeout,
+            recorded_uid=self._recorded_local_uid,
         )
         # Every reflector beside the pods' one, driven the same way: workers, and one pair per namespace.
         self.reflectors: tuple[Reflector, ...] = (self.configuration, self.events)
@@ -329,6 +334,18 @@ class ReflectionEngine:
         self.pods.charges.account_seen(
             key, new, finished=finished, read_local=lambda: self.local_pods.get(key)
         )
+
+    def _recorded_local_uid(self, namespace: str, name: str, uid: str) -> str | None:
+        """The local pod UID recorded by the pool pod or ShadowPod ``name`` of the pair, if it is the one of
+        UID ``uid`` (a remote Event's involved object): None when we do not hold it or it records none."""
+        pair = self.pairs.get(namespace)
+        if pair is None or not uid:
+            return None
+        for cache in (pair.remote_pods, pair.shadows):
+            obj = cache.get(f"{pair.remote}/{name}")
+            if obj is not None and fp.uid_of(obj) == uid:
+                return local_pod_uid_of(obj)
+        return None
 
     # ------------------------------------------------------------------------------------------ routing
 

@@ -26,6 +26,7 @@ __all__ = [
     "Reflector",
     "TaskFactory",
     "count_result",
+    "outcome_unknown",
     "pool_failure",
     "require_pool",
 ]
@@ -54,6 +55,13 @@ def pool_failure(reach: Reachability, err: ApiError, what: str | None = None) ->
         return None
     reach.report_failure()
     return PoolUnavailable(what if what is not None else str(err))
+
+
+def outcome_unknown(err: ApiError) -> bool:
+    """Did a write fail without saying whether it was stored? No answer (timeout, reset, a swap), or a
+    5xx (a gateway's 502/504, the API server's "may still be processing" timeout, a storage error): the
+    object may exist. A 4xx (invalid, forbidden, a webhook's denial, 429) is a refusal: nothing stored."""
+    return isinstance(err, TransportError) or err.status >= 500
 
 
 def count_result(ctx: ReflectionContext, namespace: str, resource: str, ok: bool) -> None:

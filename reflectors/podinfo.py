@@ -54,6 +54,15 @@ class PodInfo:
     resize_message: str | None = None  # why the current resize is Infeasible (None: no resize pending)
     no_remote_since: float | None = None  # ShadowPod seen without a remote pod since
     told_no_remote: bool = False
+    # Our last ShadowPod create got no answer (timeout, reset, 5xx): the pool may hold it, so its share stays
+    # held and a read settles it before anything else is decided (sent again, or the share freed).
+    create_unanswered: bool = False
+    finished: bool = False  # a Succeeded/Failed status went home: nothing is ever sent for this pod again
+
+    def unconfirmed(self) -> bool:
+        """Might the pool hold a ShadowPod of ours that our cache has not shown (created a moment ago, or a
+        create that got no answer)? Then the pool is asked before the pod's share is freed."""
+        return self.create_unanswered or (self.created_at is not None and not self.shadow_seen)
 
 
 def already_written(info: PodInfo, local_rv: str, new: Mapping[str, Any]) -> bool:

@@ -34,7 +34,7 @@ from reflectors.forge.status import (
     status_equal,
     status_patch,
 )
-from reflectors.generic import pool_failure, require_pool
+from reflectors.generic import outcome_unknown, pool_failure, require_pool
 from reflectors.pairs import NamespacePair
 from reflectors.podinfo import (
     PodInfo,
@@ -128,6 +128,13 @@ class PodReflector:
         remote = pair.remote_pods.get(f"{pair.remote}/{name}")
 
         if local is None:
+            info = self.infos.get(key)
+            if shadow is None and info is not None and info.unconfirmed():
+                # The pool may hold the ShadowPod we sent (unanswered, or not in our cache yet): ask before
+                # freeing its share (no answer: the share stays, the key is retried).
+                found = await self._lookup_shadow(key, pair)
+                if found is not None and not fp.is_terminating(found):
+                    await self._delete_shadow(key, found, "local pod gone")  # its quota goes on DELETE
             if shadow is None or fp.is_terminating(shadow):
                 self.charges.release(key)
             else:
@@ -171,6 +178,16 @@ class PodReflector:
             return None
 
         if shadow is None:
+            if remote is not None and _finished_here(remote, local):
+                # The pool ran it to the end and its ShadowPod went before that status came home: the status
+                # goes home, nothing is sent again (invariant 4: the job never runs twice).
+                return await self._sync_status(key, local, None, remote, info)
+            if info.finished:
+                return None  # our Succeeded/Failed write is on its way to the cache: never send it again
+            if info.create_unanswered:
+                settled = await self._settle_unanswered(key, pair, info)
+                if settled is not None:
+                    return settled
             if (
                 info.created_at is not None
                 and not info.shadow_seen
@@ -183,6 +200,7 @@ class PodReflector:
             return await self._create_shadow(key, local, pair, info)
 
         info.shadow_seen = True
+        info.create_unanswered = False  # stored after all: the cache shows it
         if info.created_at is None:
             info.created_at = time.monotonic() - CREATION_GRACE_SECONDS  # found at start-up
         self.charges.account(key, local, shadow, remote)
@@ -204,9 +222,9 @@ class PodReflector:
     ) -> RequeueAfter | None:
         if shadow is None and remote is None:
             info = self.infos.get(key)
-            if info is not None and info.created_at is not None and not info.shadow_seen:
-                # We created (or found) its ShadowPod and our cache has not shown it yet: ask the pool
-                # before deciding that nothing exists remotely (invariant 1).
+            if info is not None and info.unconfirmed():
+                # We created (or found, or sent unanswered) its ShadowPod and our cache has not shown it
+                # yet: ask the pool before deciding that nothing exists remotely (invariant 1).
                 found = await self._lookup_shadow(key, pair)
                 if found is not None:
                     if not fp.is_terminating(found):
@@ -291,7 +309,18 @@ class PodReflector:
         except ApiError as err:
             if err.already_exists:
                 return await self._adopt_existing(key, local, pair, info)
-            self.charges.release(key)
+            if outcome_unknown(err):
+                # The pool may have stored it: the share stays held (no other pod is admitted into it)
+                # until a read, or the cache, tells (`_settle_unanswered`); the retry asks first.
+                info.create_unanswered = True
+                log.warning(
+                    "ShadowPod create got no answer: its grant share is kept until the pool shows "
+                    "whether it was stored",
+                    pod=key,
+                    error=str(err)[:200],
+                )
+            else:
+                self.charges.release(key)  # refused (4xx): nothing was stored
             self._pool_error(err)
             if not err.conflict:
                 self.ctx.recorder.event(
@@ -314,6 +343,20 @@ class PodReflector:
         log.info(
             "ShadowPod created", pod=key, remote=f"{pair.remote}/{key.split('/', 1)[1]}", elapsed=ms(elapsed)
         )
+        return None
+
+    async def _settle_unanswered(self, key: str, pair: NamespacePair, info: PodInfo) -> RequeueAfter | None:
+        """Our last create got no answer: read whether the pool stored it. Stored: the cache will show it.
+        Absent: None, and the create is sent again within the share still held. No answer again: raised,
+        the share still held, and the work queue retries with its capped backoff."""
+        found = await self._lookup_shadow(key, pair)
+        info.create_unanswered = False
+        if found is not None:
+            info.created_at = time.monotonic()
+            log.info("ShadowPod create that got no answer was stored by the pool", pod=key)
+            return RequeueAfter(0.5)
+        info.created_at = None
+        log.info("ShadowPod create that got no answer was not stored: sending it again", pod=key)
         return None
 
     async def _lookup_shadow(self, key: str, pair: NamespacePair) -> dict[str, Any] | None:
@@ -415,6 +458,7 @@ class PodReflector:
                 if overrides_terminal(local, new):
                     return None
                 await self._write_status(key, local, new)
+                info.finished = True
                 self.charges.release(key)
                 return None
             if shadow is not None and not fp.is_terminating(shadow):
@@ -464,6 +508,7 @@ class PodReflector:
         await self._write_status(key, local, new)
         info.status_written = (local_rv, new)
         if new.get("phase") in ("Succeeded", "Failed"):
+            info.finished = True
             self.charges.release(key)
             log.info("pod finished on the pool", pod=key, phase=new.get("phase"))
         if new.get("phase") == "Running" and not info.running_logged:
@@ -559,6 +604,12 @@ class PodReflector:
         gone = pool_failure(self.ctx.reach, err)
         if gone is not None:
             raise gone from err
+
+
+def _finished_here(remote: Mapping[str, Any], local: Mapping[str, Any]) -> bool:
+    """Is ``remote`` this local pod's, Succeeded or Failed? Its UID annotation (copied by the provider from
+    the ShadowPod) names the local pod; a remote pod of an earlier same-name pod is not this one's."""
+    return fp.is_terminal(remote) and not is_stale_shadow(remote, local)
 
 
 def _still_running(remote: Mapping[str, Any] | None) -> bool:

@@ -34,7 +34,11 @@ from vkbridge.kube.ratelimit import Clock
 from vkbridge.kube.workqueue import RequeueAfter, WorkQueue, run_workers
 from vkbridge.logs import get_logger
 
-__all__ = ["REMOTE_EVENT_SELECTOR", "RemoteEventReflector"]
+__all__ = ["REMOTE_EVENT_SELECTOR", "RecordedUid", "RemoteEventReflector"]
+
+# (local namespace, pod name, UID of the pool object an Event is about) -> the local pod UID that pool pod
+# or ShadowPod records, when we hold it (the engine reads its pair caches).
+RecordedUid = Callable[[str, str, str], str | None]
 
 log = get_logger("reflectors.remote_events")
 
@@ -84,6 +88,8 @@ class EventPair(Pair):
     # pod name -> remote event names; a tuple (64 bytes for three, a set 216): a pod has a handful
     by_pod: dict[str, tuple[str, ...]] = field(default_factory=dict)
     foreign: set[str] = field(default_factory=set)  # names taken locally by an Event that is not ours
+    # remote Events about an earlier same-name pod's pool pod: never copied onto its successor
+    earlier: set[str] = field(default_factory=set)
     ready: bool = False  # local copies seeded and the remote cache synced
 
     def caches(self) -> list[Cache]:
@@ -111,6 +117,7 @@ class RemoteEventReflector(PairReflector[EventPair]):
         spam_filter: SpamFilter | None = None,
         max_tries: int = MAX_TRIES,
         retry_backoff: Callable[[], Backoff] = lambda: Backoff(RETRY_BASE, RETRY_CAP),
+        recorded_uid: RecordedUid = lambda _ns, _name, _uid: None,
     ) -> None:
         super().__init__()
         self.ctx = ctx
@@ -125,6 +132,7 @@ class RemoteEventReflector(PairReflector[EventPair]):
         self._spam = spam_filter if spam_filter is not None else SpamFilter(clock=clock)
         self._max_tries = max(1, max_tries)
         self._retry_backoff = retry_backoff
+        self._recorded_uid = recorded_uid
         self._failures: dict[str, tuple[int, Backoff]] = {}
         self._last_warning = -WARNING_INTERVAL
         self._suppressed = 0
@@ -276,12 +284,17 @@ class RemoteEventReflector(PairReflector[EventPair]):
         copy = pair.copies.get(name)
         if remote is None:
             pair.foreign.discard(name)
+            pair.earlier.discard(name)
             if copy is not None:
                 await self._delete(pair, name, copy)
             return None
-        if name in pair.foreign:
+        if name in pair.foreign or name in pair.earlier:
             return None
         pod = self.local_pods.get(f"{ns}/{_involved_name(remote)}")
+        if pod is not None and self._about_earlier_pod(ns, remote, pod):
+            pair.earlier.add(name)  # kept: its pool pod may be gone by the next look
+            log.debug("remote event about an earlier pod of that name: not copied", event=key)
+            return None
         desired = local_event(
             remote,
             pod,
@@ -348,6 +361,14 @@ class RemoteEventReflector(PairReflector[EventPair]):
         log.debug("remote event gone: local copy deleted", event=f"{pair.local}/{name}")
 
     # ------------------------------------------------------------------------------------------ helpers
+
+    def _about_earlier_pod(self, ns: str, remote: ReadObj, pod: ReadObj) -> bool:
+        """Is the Event about a pool pod (or ShadowPod) made for another local pod of that name (StatefulSet
+        ``web-0`` re-created while the earlier one still terminates on the pool)? Told by the local pod UID
+        the pool object records; one we no longer hold, or one without that record, is copied as before."""
+        involved = remote.get("involvedObject") or {}
+        recorded = self._recorded_uid(ns, str(involved.get("name") or ""), str(involved.get("uid") or ""))
+        return recorded is not None and recorded != uid_of(pod)
 
     def _allow(self, pod: ReadObj, desired: ReadObj) -> bool:
         if self._spam.allow(spam_key(pod)):

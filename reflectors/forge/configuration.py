@@ -106,6 +106,29 @@ def other_node_marks(obj: ReadObj | None, node_name: str) -> dict[str, str]:
     return {k: v for k, v in node_marks(obj).items() if k != own}
 
 
+def kept_for_other_nodes(
+    remote: ReadObj | None,
+    node_name: str,
+    labels_not_reflected: Iterable[str] = (),
+    annotations_not_reflected: Iterable[str] = (),
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Labels and annotations of a shared copy that our write keeps though we would not reflect them.
+
+    Every node writes with one field manager, so a key left out of our apply is removed. On a copy
+    other nodes mark, a key our offloadingPatch leaves out may be one another node reflects (its
+    patch differs): removing it would make that node put it back, and two crossed patches would
+    rewrite the copy for ever. So we keep their marks, and the remote's value of each key we leave
+    out; the keys we do reflect are ours to set. A copy no other node marks keeps nothing.
+    """
+    marks = other_node_marks(remote, node_name)
+    if not marks:
+        return {}, {}
+    skip_labels, skip_annotations = set(labels_not_reflected), set(annotations_not_reflected)
+    labels = {k: v for k, v in labels_of(remote).items() if k in skip_labels}
+    annotations = {k: v for k, v in annotations_of(remote).items() if k in skip_annotations}
+    return {**labels, **marks}, annotations
+
+
 def release_action(remote: ReadObj, node_name: str) -> ReleaseAction:
     """What a node that no longer needs ``remote`` does: delete it when no other node marks it, else
     remove its own mark ("unmark") or, without one, leave the copy alone ("keep").

@@ -312,11 +312,16 @@ def test_secret_values_never_reach_the_log_or_events(offload: Offload) -> None:
 
 
 @contextlib.contextmanager
-def second_virtual_node(consumer: ControlPlane, bundle: Bundle, log_path: Path) -> Iterator[str]:
+def second_virtual_node(
+    consumer: ControlPlane, bundle: Bundle, log_path: Path, virtual_node: str | None = None
+) -> Iterator[str]:
     """A second vkbridge on the same peering (same consumer and pool ids, so the same remote namespaces),
-    as Liqo runs one virtual kubelet per VirtualNode of a ForeignCluster; yields its node name."""
+    as Liqo runs one virtual kubelet per VirtualNode of a ForeignCluster; yields its node name. It reads
+    the VirtualNode ``virtual_node`` (default: the first node's)."""
     node = f"{bundle.slug}-b"
-    opts = vkbridge_options(consumer, bundle, nodename=node, env={"VIRTUALNODE_NAME": bundle.slug})
+    opts = vkbridge_options(
+        consumer, bundle, nodename=node, env={"VIRTUALNODE_NAME": virtual_node or bundle.slug}
+    )
     proc = VkbridgeProcess(opts, log_path).start()
     try:
         try:
@@ -361,6 +366,64 @@ def test_two_virtual_nodes_sharing_a_remote_namespace_never_delete_each_others_c
         offload.delete("b")
         wait_until(lambda: remote_secret(offload, "shared") is None, 20,
                    "the copy deleted once neither node needs it")  # fmt: skip
+
+
+def test_two_virtual_nodes_with_crossed_offloading_patches_leave_their_shared_copy_at_rest(
+    offload: Offload, tmp_path: Path
+) -> None:
+    """Node A leaves label ``tier`` out of its copies, node B (another VirtualNode) leaves ``team`` out.
+    With one field manager for both, each apply removed the label the other reflects, and each node put
+    its own back: the shared Secret was rewritten for ever. Now a write keeps what its patch leaves out."""
+    bundle, consumer = offload.bundle, offload.consumer
+    vns = f"/apis/offloading.liqo.io/v1beta1/namespaces/{bundle.tenant_ns}/virtualnodes"
+    merge = "application/merge-patch+json"
+    first = get(consumer, f"{vns}/{bundle.slug}")
+    assert first is not None
+    vn_b = f"{bundle.slug}-vn-b"
+    second = {
+        "apiVersion": first["apiVersion"],
+        "kind": first["kind"],
+        "metadata": {"name": vn_b, "namespace": bundle.tenant_ns},
+        "spec": {**first["spec"], "offloadingPatch": {"labelsNotReflected": ["team"]}},
+    }
+    must(consumer, "POST", vns, second)
+    must(consumer, "PATCH", f"{vns}/{bundle.slug}", {"spec": {"offloadingPatch": {"labelsNotReflected": ["tier"]}}},
+         content_type=merge)  # fmt: skip
+    try:
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "crossed", "labels": {"tier": "db", "team": "blue"}},
+            "data": {"k": b64("v")},
+        }
+        must(consumer, "POST", f"/api/v1/namespaces/{offload.ns}/secrets", secret)
+        with second_virtual_node(consumer, bundle, tmp_path / "vkbridge-b.log", virtual_node=vn_b) as node_b:
+            marks = {f"{c.CONFIG_USER_LABEL_PREFIX}{bundle.slug}", f"{c.CONFIG_USER_LABEL_PREFIX}{node_b}"}
+            for name, node in (("xa", bundle.slug), ("xb", node_b)):
+                offload.post(with_refs(offload.pod(name, node_name=node), env_secrets=("crossed",)))
+            for name in ("xa", "xb"):
+                wait_until(lambda name=name: offload.running(name), 30, f"{name} Running")
+
+            def copy_meta() -> dict[str, Any]:
+                return (remote_secret(offload, "crossed") or {}).get("metadata") or {}
+
+            wait_until(
+                lambda: marks <= (copy_meta().get("labels") or {}).keys(), 10, "both marks on the copy"
+            )
+            time.sleep(1.0)  # the writes that settle it
+            version = copy_meta().get("resourceVersion")
+            stays(lambda: copy_meta().get("resourceVersion") == version, 5.0,
+                  "the shared copy at rest (no node rewriting the other's labels)")  # fmt: skip
+            labels = copy_meta().get("labels") or {}
+            assert labels.get("tier") == "db" and labels.get("team") == "blue"  # each reflected by one node
+            for name in ("xa", "xb"):
+                offload.delete(name)
+            wait_until(lambda: remote_secret(offload, "crossed") is None, 30, "the copy deleted at the end")
+    finally:
+        must(
+            consumer, "PATCH", f"{vns}/{bundle.slug}", {"spec": {"offloadingPatch": None}}, content_type=merge
+        )
+        consumer.api("DELETE", f"{vns}/{vn_b}")
 
 
 def test_local_configmap_named_like_the_renamed_root_ca_is_refused_and_never_overwrites_it(

@@ -16,6 +16,7 @@ from reflectors.forge.configuration import (
     configmap_skip_reason,
     forge_remote_copy,
     is_service_account_secret,
+    kept_for_other_nodes,
     node_mark,
     node_marks,
     other_node_marks,
@@ -275,6 +276,23 @@ def test_node_marks_and_the_other_nodes_marks() -> None:
     assert node_marks(remote) == {MARK_A: "true", MARK_B: "true"}
     assert other_node_marks(remote, "node-a") == {MARK_B: "true"}
     assert other_node_marks(None, "node-a") == {}
+
+
+def test_a_shared_copy_keeps_what_our_patch_leaves_out_and_the_other_nodes_marks() -> None:
+    remote = copy_with(MARK_A, MARK_B)
+    remote["metadata"]["labels"]["tier"] = "db"
+    remote["metadata"]["annotations"] = {"lb.example.com/pool": "blue", "note": "x"}
+    labels, annotations = kept_for_other_nodes(remote, "node-a", ["tier", "absent"], ["lb.example.com/pool"])
+    # "tier" may be node B's to reflect; "app" and "note" are ours to set (or drop) and are not kept.
+    assert labels == {"tier": "db", MARK_B: "true"}
+    assert annotations == {"lb.example.com/pool": "blue"}
+
+
+def test_a_copy_no_other_node_marks_keeps_nothing_we_leave_out() -> None:
+    remote = copy_with(MARK_A)
+    remote["metadata"]["labels"]["tier"] = "db"
+    assert kept_for_other_nodes(remote, "node-a", ["tier"], []) == ({}, {})
+    assert kept_for_other_nodes(None, "node-a", ["tier"], []) == ({}, {})
 
 
 @pytest.mark.parametrize(

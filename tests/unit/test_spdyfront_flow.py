@@ -72,7 +72,7 @@ def test_the_resize_decoder_drops_a_garbage_buffer_and_recovers() -> None:
 BACKLOG = 256 * 1024  # WRITE_BACKLOG_MAX in these tests: fewer pings to decode, the same logic
 
 
-def test_a_client_sending_pings_without_reading_the_replies_stops_being_read(
+async def test_a_client_sending_pings_without_reading_the_replies_stops_being_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(spdyconn, "WRITE_BACKLOG_MAX", BACKLOG)
@@ -89,7 +89,7 @@ def test_a_client_sending_pings_without_reading_the_replies_stops_being_read(
     assert transport.reading, "reading resumes once the client has read our replies"
 
 
-def test_a_read_pause_holds_until_every_reason_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_read_pause_holds_until_every_reason_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(spdyconn, "WRITE_BACKLOG_MAX", BACKLOG)
     conn, transport, client = framing()
     conn.pause_reading()  # a backlog for the pool (port-forward)

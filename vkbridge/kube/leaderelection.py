@@ -5,6 +5,12 @@ identity = the pod name. A candidate takes the Lease when it is free or expired,
 every retry period, and a leader that cannot renew within the renew deadline steps down (the caller
 exits, as Liqo's virtual kubelet does, and Kubernetes restarts it as a standby).
 
+Every attempt is cut at the renew deadline, as client-go bounds each try by its context: a request that
+hangs (the client's own timeout is 60 s) cannot keep a leader leading while a standby takes the Lease.
+The deadline counts from the *start* of the last successful attempt, before which the API server cannot
+have stored our renewTime: a standby sees that record change no earlier, so it waits at least
+``lease_duration`` from there, and the leader has stopped ``lease_duration - renew_deadline`` before.
+
 Expiry is judged as client-go judges it: by how long ago *we saw the record change* on our own
 monotonic clock, never by the holder's `renewTime` against our wall clock. Two machines' clocks may
 differ by more than a lease duration; with the observed time a skewed clock can neither make a live
@@ -83,6 +89,7 @@ class LeaderElector:
         self._clock = clock
         self._observer = LeaseObserver(monotonic)
         self._lease: dict[str, Any] | None = None
+        self._renewed_at: float | None = None  # loop time when the last successful attempt started
         self.is_leader = False
 
     @property
@@ -141,16 +148,27 @@ class LeaderElector:
         return True
 
     async def acquire(self) -> None:
-        """Block until we lead (Liqo logs the wait; so do we, every 30 s)."""
+        """Block until we lead (Liqo logs the wait; so do we, every 30 s).
+
+        Each attempt is cut at the renew deadline: an answer later than that may come from a write the
+        API server stored long ago, a Lease a standby may already have taken as expired.
+        """
+        loop = asyncio.get_running_loop()
         last_log = 0.0
         while True:
+            started = loop.time()
             try:
-                if await self.try_acquire_or_renew():
+                async with asyncio.timeout(self.renew_deadline):
+                    won = await self.try_acquire_or_renew()
+                if won:
+                    self._renewed_at = started
                     self.is_leader = True
                     log.info("elected leader", lease=f"{self.namespace}/{self.name}", identity=self.identity)
                     return
             except ApiError as err:
                 log.debug("leader election attempt failed", error=str(err)[:200])
+            except TimeoutError:
+                log.debug("leader election attempt got no answer", within_seconds=self.renew_deadline)
             if time.monotonic() - last_log > 30:
                 last_log = time.monotonic()
                 log.info(
@@ -159,21 +177,38 @@ class LeaderElector:
             await asyncio.sleep(self.retry_period)
 
     async def hold(self) -> None:
-        """Renew until we cannot for `renew_deadline`; then return (the caller must stop writing)."""
-        last_ok = time.monotonic()
+        """Renew every retry period; return (the caller must stop writing) at the renew deadline.
+
+        The deadline is ``renew_deadline`` after the start of the last successful attempt, and every
+        attempt is cut there, so the return never waits on a hung request. A renewal that finds another
+        holder in the Lease returns at once: that one already thinks it leads.
+        """
+        loop = asyncio.get_running_loop()
+        if self._renewed_at is None:  # not through acquire(): count from now
+            self._renewed_at = loop.time()
         while True:
-            await asyncio.sleep(self.retry_period)
+            deadline = self._renewed_at + self.renew_deadline
+            await asyncio.sleep(max(0.0, min(self.retry_period, deadline - loop.time())))
+            if loop.time() >= deadline:
+                reason = f"not renewed within {self.renew_deadline:g} s"
+                break
+            started = loop.time()
             try:
-                ok = await self.try_acquire_or_renew()
+                async with asyncio.timeout_at(deadline):
+                    ok = await self.try_acquire_or_renew()
             except ApiError as err:
                 ok = False
                 log.warning("leader lease renewal failed", error=str(err)[:200])
+            except TimeoutError:
+                ok = False
+                log.warning("leader lease renewal got no answer before the renew deadline")
             if ok:
-                last_ok = time.monotonic()
-            elif time.monotonic() - last_ok >= self.renew_deadline:
-                self.is_leader = False
-                log.error("lost leadership: stopping so a standby takes over", identity=self.identity)
-                return
+                self._renewed_at = started
+            elif self.holder not in (None, self.identity):
+                reason = f"held by {self.holder}"
+                break
+        self.is_leader = False
+        log.error("lost leadership: stopping so a standby takes over", identity=self.identity, reason=reason)
 
     async def release(self) -> bool:
         """On a clean shutdown, hand the Lease over at once, else the successor waits for it to expire.

@@ -23,6 +23,7 @@ from typing import Any, Final
 from aiohttp import web
 from prometheus_client import generate_latest
 
+from reflectors.forge import constants as c
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import PODS, ApiError, KubeClient, is_transport_failure
 from vkbridge.kube.health import HealthChecks
@@ -331,6 +332,37 @@ class KubeletServer:
             raise DialError(404, not_reflected(namespace, pod))
         return remote
 
+    async def _check_pool_pod(self, namespace: str, pod: str, remote: str) -> None:
+        """DialError 404 unless the pool pod of that name is this local pod's. After a same-name re-creation
+        (StatefulSet ``web-0`` after a force delete) the earlier pod may still terminate on the pool under
+        that name: its logs and shell are not this pod's. The provider copies the ShadowPod's annotations,
+        the local pod's UID among them, onto the pool pod; one without it (Liqo's VK made it) is served.
+        A pool pod that is not there is left to the dial, which answers as before."""
+        local = self._local_pods.get(f"{namespace}/{pod}")
+        uid = str(((local or {}).get("metadata") or {}).get("uid") or "")
+        try:
+            found = await self._pool.get(PODS, pod, remote)
+        except ApiError as exc:
+            if exc.not_found:
+                return
+            raise DialError(
+                exc.status if 400 <= exc.status < 600 else 502, exc.message or exc.reason
+            ) from None
+        recorded = ((found.get("metadata") or {}).get("annotations") or {}).get(c.LOCAL_POD_UID_ANNOTATION)
+        if recorded and recorded != uid:
+            log.info("pool pod of that name belongs to an earlier pod: not reached", pod=f"{namespace}/{pod}")
+            raise DialError(
+                404,
+                f'pods "{pod}" with UID {uid} not found on node {self.node_name}: '
+                "the pool still runs an earlier pod of that name",
+            )
+
+    async def _check_stream_pod(self, route: StreamRoute) -> None:
+        """`_check_pool_pod` before an exec/attach dial (a namespace not reflected is the dial's 404)."""
+        remote = self._remote_namespace(route.namespace)
+        if remote is not None:
+            await self._check_pool_pod(route.namespace, route.pod, remote)
+
     async def _summary(self, request: web.Request) -> web.Response:
         return web.json_response(await self._stats.summary())
 
@@ -363,6 +395,7 @@ class KubeletServer:
     async def _pool_port_forward(self, route: StreamRoute) -> PoolPortForward:
         """The pool's ``pods/portforward`` of a pod bound to us; DialError with the HTTP answer."""
         remote = self._pool_namespace(route.namespace, route.pod, route.uid)
+        await self._check_pool_pod(route.namespace, route.pod, remote)
         return await PoolPortForward.dial(self._dialer, PODS.path(remote, route.pod, "portforward"))
 
     async def _spdy_port_forward(
@@ -397,6 +430,7 @@ class KubeletServer:
         ns, pod = request.match_info["ns"], request.match_info["pod"]
         try:
             remote = self._pool_namespace(ns, pod)
+            await self._check_pool_pod(ns, pod, remote)
         except DialError as exc:
             return web.Response(status=exc.status, text=exc.message)
         params: dict[str, str] = {"container": request.match_info["container"]}
@@ -450,6 +484,7 @@ class KubeletServer:
         if (unknown := self._unknown_pod(route.namespace, route.pod, route.uid)) is not None:
             return web.Response(status=404, text=unknown + "\n")
         try:
+            await self._check_stream_pod(route)
             pool_stream = await self._streams.open(route, opts)
         except DialError as exc:
             return web.Response(status=exc.status, text=exc.message + "\n")
@@ -522,6 +557,7 @@ class KubeletServer:
         if (unknown := self._unknown_pod(route.namespace, route.pod, route.uid)) is not None:
             return refuse(404, unknown + "\n")
         try:
+            await self._check_stream_pod(route)
             pool_stream = await self._streams.open(route, opts)
         except DialError as exc:
             return refuse(exc.status, exc.message + "\n")

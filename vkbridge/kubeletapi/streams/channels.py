@@ -186,9 +186,11 @@ def error_payload(protocol: str, status: dict[str, Any]) -> bytes | None:
 
 
 def encode_ws(protocol: str, channel: int, data: bytes) -> bytes | str:
-    """One WebSocket message: ``[channel] + data``, or ``"<digit>" + base64`` for base64 protocols."""
+    """One WebSocket message: ``[channel] + data``, or ``chr('0' + channel) + base64`` for base64
+    protocols (wsstream's ``string('0'+num)``: a digit for channels 0-9, then ``:``, ``;``... for the
+    data/error channels of a port-forward's sixth port on)."""
     if protocol in B64_PROTOCOLS:
-        return str(channel) + base64.b64encode(data).decode("ascii")
+        return chr(ord("0") + channel) + base64.b64encode(data).decode("ascii")
     return bytes([channel]) + data
 
 
@@ -199,10 +201,11 @@ def decode_ws(protocol: str, message: bytes | str) -> tuple[int, bytes]:
     if isinstance(message, str):
         if protocol not in B64_PROTOCOLS:
             return ord(message[0]), message[1:].encode()
-        if not message[0].isdigit():
+        channel = ord(message[0]) - ord("0")  # wsstream: data[0] - '0'
+        if not 0 <= channel <= 255:
             raise ChannelError("base64 stream message without a channel digit")
         try:
-            return int(message[0]), base64.b64decode(message[1:], validate=True)
+            return channel, base64.b64decode(message[1:], validate=True)
         except (binascii.Error, ValueError):
             raise ChannelError("stream message is not valid base64") from None
     return message[0], bytes(message[1:])
@@ -236,13 +239,27 @@ class ResizeDecoder:
                 obj, pos = self._decoder.raw_decode(text, pos)
             except json.JSONDecodeError:
                 break  # incomplete: wait for more
-            if isinstance(obj, dict):
-                try:
-                    newest = {"Width": int(obj.get("Width", 0)), "Height": int(obj.get("Height", 0))}
-                except (TypeError, ValueError):
-                    continue
+            except (ValueError, RecursionError):  # a 5000-digit number, 5000 nested arrays: unparseable
+                text, pos = "", 0  # and no telling where it ends; dropped, as a garbage buffer is
+                break
+            if isinstance(obj, dict) and (size := _terminal_size(obj)) is not None:
+                newest = size
         self._buf = text[pos:]
         if len(self._buf) > self._LIMIT:
             self._buf = ""  # dropped, or every later frame would add to it
             raise ChannelError("resize stream is not JSON")
         return [] if newest is None else [newest]
+
+
+def _terminal_size(obj: dict[str, Any]) -> dict[str, int] | None:
+    """Width and Height within the kubelet's ``TerminalSize`` (uint16), else None: the size is skipped.
+
+    ``1e400`` decodes to infinity, whose ``int`` raises OverflowError (NaN: ValueError).
+    """
+    try:
+        width, height = int(obj.get("Width", 0)), int(obj.get("Height", 0))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not (0 <= width <= 0xFFFF and 0 <= height <= 0xFFFF):
+        return None
+    return {"Width": width, "Height": height}

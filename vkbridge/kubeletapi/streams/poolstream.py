@@ -170,8 +170,22 @@ async def _all_sent(transport: asyncio.Transport | None) -> None:
     """Until what we wrote has left: aiohttp's close() only closes the transport, which then keeps the
     socket as long as the peer does not read its rest. Polled: only the protocol (aiohttp's) hears
     when a closing transport's buffer has left."""
-    while transport is not None and transport.get_write_buffer_size() > 0:  # noqa: ASYNC110
+    while transport is not None and _unsent(transport) > 0:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
+
+
+def _unsent(transport: asyncio.Transport) -> int:
+    """The bytes ``transport`` still holds; 0 once its connection is gone.
+
+    asyncio's TLS transport (3.11, the image's) drops its protocol on a close() after it was closed
+    or lost its connection, and every call on it raises AttributeError then: aiohttp closes it again
+    at every normal end (the peer closed first, the connection's release). Nothing more can be told
+    or aborted through it; what the TLS layer still holds ends with asyncio's SSL shutdown timeout.
+    """
+    try:
+        return transport.get_write_buffer_size()
+    except AttributeError:
+        return 0
 
 
 def _transport_of(ws: aiohttp.ClientWebSocketResponse) -> asyncio.Transport | None:

@@ -26,7 +26,6 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from vkbridge.kubeletapi.sniffer import keepalive
 from vkbridge.kubeletapi.streams import spdy
 from vkbridge.kubeletapi.streams.channels import PORTFORWARD
 from vkbridge.kubeletapi.streams.pooldial import PoolDialer
@@ -37,6 +36,7 @@ from vkbridge.logs import get_logger
 __all__ = [
     "DATA",
     "ERROR",
+    "MAX_WS_PORTS",
     "PairTracker",
     "PoolPortForward",
     "PortForwardError",
@@ -58,6 +58,12 @@ _PAUSE_BYTES: Final = 1 << 20  # front bytes queued for the pool before we stop 
 _RESUME_BYTES: Final = 256 * 1024
 _ERROR_LIMIT: Final = 64 * 1024  # a pool error stream is one message; more is dropped
 MAX_PAIRS: Final = 1024  # streams announced but never paired, per connection
+# A WebSocket channel number is one byte and each port takes two (data 2i, error 2i+1): beyond 128 ports
+# the kubelet's channels wrap (byte(i)) onto the first ports'; we refuse with 400 before the upgrade.
+MAX_WS_PORTS: Final = 128
+# client-go's requestIDs are counters; an unpaired stream keeps its id, so a 256 KiB one (a few hundred
+# bytes through zlib) times MAX_PAIRS would hold 256 MiB.
+MAX_REQUEST_ID: Final = 256
 # Telling the clients of a session that the pool was lost is best effort within this; a client that
 # does not read (its TCP window full) would otherwise keep the session and its tasks for ever.
 LOST_NOTICE_TIMEOUT: Final = 5.0
@@ -108,6 +114,8 @@ def stream_key(headers: spdy.Headers, stream_id: int) -> StreamKey:
         raise PortForwardError(f'invalid stream type "{kind}"' if kind else "stream type is missing")
     port = _port(spdy.header_value(headers, "port"))
     request_id = spdy.header_value(headers, "requestid") or ""
+    if len(request_id) > MAX_REQUEST_ID:
+        raise PortForwardError(f"requestID of {len(request_id)} characters")
     if not request_id:
         request_id = f"#{stream_id if kind == ERROR else stream_id - 2}"
     return StreamKey(kind, port, request_id)
@@ -153,6 +161,8 @@ def ws_ports(values: Iterable[str]) -> list[int]:
     ports = [_port(p) for v in values for p in v.split(",") if p.strip()]
     if not ports:
         raise PortForwardError('query parameter "port" is required')
+    if len(ports) > MAX_WS_PORTS:
+        raise PortForwardError(f"{len(ports)} ports requested; a WebSocket port-forward takes {MAX_WS_PORTS}")
     return ports
 
 
@@ -215,7 +225,6 @@ class PoolPortForward:
             proxy_url=creds.proxy_url,
             timeout=DIAL_TIMEOUT,
         )
-        keepalive(writer.transport)  # a tunnel that vanishes without a RST is noticed in ~1 min
         conn = cls(reader, writer)
         conn._read_task = asyncio.create_task(conn._read_loop(), name="pool-portforward-read")
         return conn
@@ -409,11 +418,12 @@ class SpdyPortForward:
     def _on_stream(self, stream: SpdyStream) -> None:
         try:
             key = stream_key(stream.headers, stream.stream_id)
+            stream.headers = {}  # all it says is in key; a waiting half must not hold a 256 KiB block
             complete = self._tracker.add(key, stream)
         except PortForwardError as exc:
             log.warning("refusing a port-forward stream", pod=self._pod, error=str(exc))
             self._conn.reset_stream(stream, spdy.RstStatus.REFUSED_STREAM)
-            self._conn.streams.pop(stream.stream_id, None)  # nothing will be relayed on it
+            self._conn.forget(stream.stream_id)  # nothing will be relayed on it
             return
         if complete is not None:
             self._start_pair(key.request_id, *complete)
@@ -432,7 +442,8 @@ class SpdyPortForward:
             if fin:
                 inbound.put_nowait(None)
 
-        data.on_data = on_data
+        self._conn.attach(data, on_data)  # with what the client sent before the pair was complete
+        self._conn.attach(error, _discard)  # the client writes nothing there; what it does is dropped
         if data.remote_closed:
             inbound.put_nowait(None)
         task = asyncio.create_task(self._pump(inbound, pair, sink), name="portforward-pump")
@@ -450,7 +461,7 @@ class SpdyPortForward:
         await sink.closed.wait()
         self._sinks.pop(sink.data_stream.stream_id, None)
         for st in (sink.data_stream, sink.error_stream):  # a long session opens many pairs
-            self._conn.streams.pop(st.stream_id, None)
+            self._conn.forget(st.stream_id)
 
     def _on_reset(self, stream: SpdyStream) -> None:
         entry = self._sinks.pop(stream.stream_id, None)
@@ -490,6 +501,10 @@ class SpdyPortForward:
             self._conn.reset_stream(stream)
         await self._conn.drain()
         await asyncio.sleep(0.2)  # let the error frames leave before the GOAWAY
+
+
+def _discard(_data: bytes, _fin: bool) -> None:
+    return None
 
 
 # ------------------------------------------------------------------------------------------ WebSocket front

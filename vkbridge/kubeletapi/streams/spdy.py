@@ -21,6 +21,7 @@ __all__ = [
     "FLAG_FIN",
     "FLAG_UNIDIRECTIONAL",
     "MAX_FRAME_PAYLOAD",
+    "MAX_SETTINGS",
     "VERSION",
     "Data",
     "Frame",
@@ -52,6 +53,11 @@ SETTINGS_FLAG_CLEAR: Final = 0x01
 _STREAM_ID_MASK: Final = 0x7FFFFFFF
 _MAX_HEADER_BLOCK: Final = 256 * 1024  # decompressed; spdystream's own limits are smaller
 _MAX_HEADER_COUNT: Final = 1000
+# SETTINGS ids SPDY/3.1 defines (1 upload bandwidth .. 8 client certificate vector size): more entries
+# than that is a protocol error, told from the frame header, before its payload is buffered or decoded.
+MAX_SETTINGS: Final = 8
+# Control frames of a fixed length, checked from the header for the same reason.
+_FIXED_LENGTH: Final = {3: 8, 6: 4, 7: 8, 9: 8}  # RST_STREAM, PING, GOAWAY, WINDOW_UPDATE
 
 Headers = dict[str, list[str]]
 
@@ -326,6 +332,8 @@ class FrameDecoder:
                 length = w1 & 0xFFFFFF
                 if length > self._max:
                     raise SpdyError(f"frame of {length} bytes exceeds the {self._max}-byte limit")
+                if w0 & 0x80000000:
+                    _check_control_length(w0 & 0xFFFF, length)
                 if len(buf) - off < 8 + length:
                     break
                 flags = w1 >> 24
@@ -373,7 +381,7 @@ class FrameDecoder:
         if ftype == FrameType.SETTINGS:
             _need(p, 4, "SETTINGS")
             (n,) = struct.unpack_from(">I", p)
-            if len(p) != 4 + 8 * n:
+            if n > MAX_SETTINGS or len(p) != 4 + 8 * n:
                 raise SpdyError("SETTINGS length does not match its entry count")
             entries = []
             for i in range(n):
@@ -392,6 +400,15 @@ class FrameDecoder:
             sid, delta = struct.unpack(">II", p)
             return WindowUpdate(sid & _STREAM_ID_MASK, delta & _STREAM_ID_MASK)
         return None  # NOOP (5), CREDENTIAL (10), anything newer: ignored
+
+
+def _check_control_length(ftype: int, length: int) -> None:
+    """Refuse from the header a control frame longer than its type allows: waiting for its payload
+    would buffer up to 16 MiB, and a SETTINGS frame of 2 million entries would stall the loop."""
+    if ftype == FrameType.SETTINGS and length > 4 + 8 * MAX_SETTINGS:
+        raise SpdyError(f"SETTINGS frame of {length} bytes: more than the {MAX_SETTINGS} entries SPDY has")
+    if (fixed := _FIXED_LENGTH.get(ftype)) is not None and length != fixed:
+        raise SpdyError(f"{FrameType(ftype).name} frame must be {fixed} bytes, got {length}")
 
 
 def _need(p: bytes, n: int, what: str) -> None:

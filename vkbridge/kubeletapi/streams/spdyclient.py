@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import Final, TypeVar
 from urllib.parse import urlencode, urlsplit
 
+from vkbridge.kubeletapi.sniffer import keepalive
 from vkbridge.kubeletapi.streams import spdy
 from vkbridge.kubeletapi.streams.channels import ERROR, STDERR, STDOUT, StreamOptions
 from vkbridge.kubeletapi.streams.poolstream import DialError, PoolStream
@@ -228,6 +229,8 @@ async def spdy_upgrade(
 
     Shared by exec/attach and port-forward. ``then`` runs inside the same deadline and error
     handling as the handshake, so a failure there also aborts the connection and becomes a DialError.
+    TCP keepalive is on: SPDY has no ping of ours, so a tunnel that vanishes without a RST would
+    otherwise hold an idle exec until its client leaves.
     """
     url = urlsplit(server)
     host = url.hostname or ""
@@ -237,6 +240,7 @@ async def spdy_upgrade(
             reader, writer = await connect(host, port, ctx, server_hostname or host, proxy_url)
     except (OSError, ssl.SSLError, TimeoutError) as exc:
         raise DialError(502, f"cannot reach the pool API server: {type(exc).__name__}: {exc}") from exc
+    keepalive(writer.transport)
     try:
         async with asyncio.timeout(timeout):
             request = [

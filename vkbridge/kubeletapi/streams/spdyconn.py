@@ -5,6 +5,13 @@ and applies write backpressure. ``SpdyExecFront`` maps the remote-command stream
 ``streamtype`` header, not by id) onto ``ExecFront`` for the relay. Behaviour follows what client-go
 and moby/spdystream expect from a kubelet (technotes §1.5): empty SYN_REPLY for every stream, data
 after the reply, FIN on every stream we write, the Status on ``error`` last.
+
+DATA that arrives before a stream's reader is attached (stdin sent right after its SYN_STREAM, while
+we still wait for the other streams) is kept for it, as spdystream's unbuffered channel holds it, within
+``INBOUND_BYTES_HIGH`` per connection: above it the client is not read until a reader takes it.
+HEADERS frames after SYN_STREAM are dropped (their FIN still half-closes): spdystream never merges them
+into ``Stream.Headers()``, which is all the kubelet reads, and keeping them let a client grow our memory
+without bound through zlib's shared context.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
@@ -39,6 +47,10 @@ INBOUND_BYTES_LOW: Final = 256 * 1024
 # replies to its frames (PING echoes, SYN_REPLY, RST) do not, so a client that sends without reading
 # would otherwise grow this buffer for as long as it sends. Well above the transports' high-water marks.
 WRITE_BACKLOG_MAX: Final = 1 << 20
+# The kubelet's streamingConnectionIdleTimeout default: a connection with no frame read or written for
+# this long is closed, its streams with it (spdystream's idle timer; client-go pings every 5 s, so only a
+# client that is alive but silent, without pings, is ever closed by it). A dead peer is TCP keepalive's.
+STREAMING_IDLE_TIMEOUT: Final = 4 * 3600.0
 KNOWN_STREAM_TYPES: Final = frozenset({"error", "stdin", "stdout", "stderr", "resize"})
 
 
@@ -55,14 +67,20 @@ class SpdyStream:
     local_closed: bool = False
     reset: bool = False
     on_data: Callable[[bytes, bool], None] | None = field(default=None, repr=False)
+    pending: bytearray = field(default_factory=bytearray, repr=False)  # DATA before on_data was set
 
 
 class SpdyConnection(asyncio.Protocol):
     """asyncio protocol for a SPDY/3.1 connection whose peer (the client) opens every stream."""
 
-    def __init__(self, accept: frozenset[str] = KNOWN_STREAM_TYPES) -> None:
+    def __init__(
+        self, accept: frozenset[str] = KNOWN_STREAM_TYPES, idle_timeout: float = STREAMING_IDLE_TIMEOUT
+    ) -> None:
         super().__init__()
         self._accept = accept
+        self._idle_timeout = idle_timeout
+        self._last_frame = 0.0  # loop time of the last frame read or written
+        self._idle_timer: asyncio.TimerHandle | None = None
         self._transport: asyncio.Transport | None = None
         self._decoder = spdy.FrameDecoder()
         self._encoder = spdy.FrameEncoder()
@@ -75,6 +93,8 @@ class SpdyConnection(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self._read_pauses: set[str] = set()  # why the client is not being read (any reason holds it)
+        self._pending_bytes = 0  # DATA kept for streams without a reader yet, across streams
+        self._settled = False  # every reader there will be is attached: DATA without one is dropped
         self.closed = asyncio.Event()  # transport gone
         self.gone = asyncio.Event()  # peer said GOAWAY or the transport is gone
         self.on_gone: Callable[[], None] | None = None
@@ -101,6 +121,8 @@ class SpdyConnection(asyncio.Protocol):
             self._send(spdy.GoAway(self._last_peer_id, spdy.GoAwayStatus.PROTOCOL_ERROR))
             self.close()
             return
+        if frames:
+            self._last_frame = time.monotonic()
         for frame in frames:
             self._handle(frame)
         self._check_write_backlog()
@@ -111,6 +133,9 @@ class SpdyConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         self._writable.set()
         self._mark_gone()
         self.closed.set()
@@ -135,6 +160,8 @@ class SpdyConnection(asyncio.Protocol):
     def start_framing(self) -> None:
         """Switch from "HTTP handshake" to SPDY frames (after the 101 has been written)."""
         self._framing = True
+        self._last_frame = time.monotonic()
+        self._idle_timer = asyncio.get_running_loop().call_later(self._idle_timeout, self._check_idle)
         if self._prebuffer:
             pending, self._prebuffer = bytes(self._prebuffer), bytearray()
             self.data_received(pending)
@@ -212,13 +239,68 @@ class SpdyConnection(asyncio.Protocol):
         """RST_STREAM ``stream`` (a port-forward pair whose pool side failed)."""
         if not stream.reset:
             stream.reset = stream.local_closed = True
+            self._drop_pending(stream)
             self._send(spdy.RstStream(stream.stream_id, status))
+
+    def attach(self, stream: SpdyStream, on_data: Callable[[bytes, bool], None]) -> None:
+        """Give ``stream`` its reader, first with the DATA that came before it (its FIN stays in
+        ``remote_closed``, for the caller to check after this, as before)."""
+        stream.on_data = on_data
+        if stream.pending:
+            data = bytes(stream.pending)
+            self._drop_pending(stream)
+            on_data(data, False)
+
+    def settle(self) -> None:
+        """Every reader is attached (exec): DATA on any other stream is dropped from now on."""
+        self._settled = True
+        for st in self.streams.values():
+            self._drop_pending(st)
+
+    def forget(self, stream_id: int) -> None:
+        """Done with a stream (refused, or its pair ended): nothing of it is kept."""
+        if (st := self.streams.pop(stream_id, None)) is not None:
+            self._drop_pending(st)
+
+    def _drop_pending(self, stream: SpdyStream) -> None:
+        if stream.pending:
+            self._pending_bytes -= len(stream.pending)
+            stream.pending = bytearray()
+            if self._pending_bytes <= INBOUND_BYTES_LOW:
+                self.resume_reading("pending")
+
+    def _keep_pending(self, stream: SpdyStream, data: bytes) -> None:
+        stream.pending += data
+        self._pending_bytes += len(data)
+        if self._pending_bytes > INBOUND_BYTES_HIGH:
+            self.pause_reading("pending")
 
     # -- frames
 
     def _send(self, frame: spdy.Frame) -> None:
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(self._encoder.encode(frame))
+            self._last_frame = time.monotonic()
+
+    def _check_idle(self) -> None:
+        """The idle timer: close a connection with no frame either way for ``idle_timeout``, else wait on."""
+        self._idle_timer = None
+        if self._transport is None:
+            return
+        left = self._last_frame + self._idle_timeout - time.monotonic()
+        if left > 0:
+            self._idle_timer = asyncio.get_running_loop().call_later(left, self._check_idle)
+            return
+        log.info(
+            "streaming connection idle: closed, as the kubelet's streamingConnectionIdleTimeout does",
+            idle_seconds=round(self._idle_timeout),
+            streams=len(self.streams),
+        )
+        for st in self.streams.values():
+            st.reset = st.local_closed = True
+            self._drop_pending(st)
+        self._mark_gone()
+        self.close()
 
     def _mark_gone(self) -> None:
         if not self.gone.is_set():
@@ -234,6 +316,8 @@ class SpdyConnection(asyncio.Protocol):
                 return  # spdystream drops these too (the stream may just have been reset)
             if st.on_data is not None and (frame.data or frame.fin):
                 st.on_data(frame.data, frame.fin)
+            elif st.on_data is None and frame.data and not self._settled:
+                self._keep_pending(st, frame.data)
             if frame.fin:
                 st.remote_closed = True
         elif isinstance(frame, spdy.SynStream):
@@ -245,18 +329,17 @@ class SpdyConnection(asyncio.Protocol):
             st = self.streams.get(frame.stream_id)
             if st is not None:
                 st.reset = True
+                self._drop_pending(st)
                 if self.on_stream_reset is not None:
                     self.on_stream_reset(st)
         elif isinstance(frame, spdy.GoAway):
             self._mark_gone()
         elif isinstance(frame, spdy.HeadersFrame):
             st = self.streams.get(frame.stream_id)
-            if st is not None:
-                st.headers.update(frame.headers)
-                if frame.fin:
-                    st.remote_closed = True
-                    if st.on_data is not None:
-                        st.on_data(b"", True)
+            if st is not None and not st.reset and frame.fin:  # the block is dropped (module docstring)
+                st.remote_closed = True
+                if st.on_data is not None:
+                    st.on_data(b"", True)
         # SETTINGS, WINDOW_UPDATE, SYN_REPLY (we open no streams): nothing to do
 
     def _on_syn_stream(self, frame: spdy.SynStream) -> None:
@@ -297,11 +380,12 @@ class SpdyExecFront(ExecFront):
         conn.on_gone = lambda: self._push(Inbound("gone"))
         conn.on_stream_reset = self._on_reset
         if (stdin := conn.by_kind.get("stdin")) is not None:
-            stdin.on_data = self._on_stdin
+            conn.attach(stdin, self._on_stdin)
             if stdin.remote_closed:
                 self._push(Inbound("stdin_eof"))
         if (resize := conn.by_kind.get("resize")) is not None:
-            resize.on_data = self._on_resize
+            conn.attach(resize, self._on_resize)
+        conn.settle()
         if conn.gone.is_set():
             self._push(Inbound("gone"))
 
