@@ -35,6 +35,10 @@ REMOTE_UNAVAILABLE_VALUE: Final = "true"
 # --- Node / cluster identity labels --------------------------------------------------------------
 TYPE_LABEL: Final = "liqo.io/type"
 TYPE_VIRTUAL_NODE: Final = "virtual-node"
+# What upstream cluster-autoscaler reads to leave a node out of its accounting (its
+# VirtualKubeletNodeFilter); Liqo's node has it after v1.2 (liqotech/liqo#3325).
+VIRTUAL_KUBELET_TYPE_LABEL: Final = "type"
+VIRTUAL_KUBELET_TYPE: Final = "virtual-kubelet"
 REMOTE_CLUSTER_ID_LABEL: Final = "liqo.io/remote-cluster-id"
 VIRTUAL_NODE_TOLERATION_KEY: Final = "virtual-node.liqo.io/not-allowed"
 STORAGE_AVAILABLE_LABEL: Final = "storage.liqo.io/available"

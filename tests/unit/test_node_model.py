@@ -40,6 +40,12 @@ def test_labels_are_liqo_base_plus_virtualnode_plus_extra() -> None:
     assert labels["storage.liqo.io/available"] == "false"
 
 
+def test_the_node_is_labelled_type_virtual_kubelet_so_the_cluster_autoscaler_leaves_it_out() -> None:
+    # cluster-autoscaler's VirtualKubeletNodeFilter matches exactly this key and value; Liqo after v1.2 sets it.
+    assert model.desired_labels(inputs())["type"] == "virtual-kubelet"
+    assert model.desired_labels(inputs(virtual_node={"spec": {"labels": {"type": "gpu"}}}))["type"] == "gpu"
+
+
 def test_taints_are_not_allowed_plus_pool_taint() -> None:
     taints = model.desired_taints(inputs())
     assert taints == [

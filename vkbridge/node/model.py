@@ -39,6 +39,7 @@ def base_labels(node_name: str, remote_cluster_id: str) -> dict[str, str]:
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
         c.TYPE_LABEL: c.TYPE_VIRTUAL_NODE,
+        c.VIRTUAL_KUBELET_TYPE_LABEL: c.VIRTUAL_KUBELET_TYPE,  # the cluster autoscaler skips the node
         c.REMOTE_CLUSTER_ID_LABEL: remote_cluster_id,
         "node.kubernetes.io/exclude-from-external-load-balancers": "true",
         "alpha.service-controller.kubernetes.io/exclude-balancer": "true",
