@@ -27,12 +27,14 @@ from reflectors.forge.shadowpod import (
     remote_pod_of,
 )
 from reflectors.forge.status import (
+    foreign_conditions,
     forge_local_status,
     overrides_terminal,
     rejected_status,
     restarts_on_remote_change,
     status_equal,
     status_patch,
+    with_readiness_gates,
 )
 from reflectors.generic import outcome_unknown, pool_failure, require_pool
 from reflectors.pairs import NamespacePair
@@ -486,6 +488,7 @@ class PodReflector:
             disable_ip_reflection=self.ctx.disable_ip_reflection,
             remote_unavailable=fp.has_remote_unavailable_label(local),
         )
+        new = with_readiness_gates(new, local, _now())
         if info.told_ephemeral or info.resize_message is not None:
             new = fn.with_notices(new, local, info.resize_message, _now())
         if overrides_terminal(local, new):
@@ -523,8 +526,17 @@ class PodReflector:
     async def _write_status(self, key: str, local: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         ns, name = key.split("/", 1)
         patch: dict[str, Any] = {"status": status_patch(fp.status_of(local), new)}
+        if "conditions" in patch["status"] and (
+            foreign_conditions(local) or fp.spec_of(local).get("readinessGates")
+        ):
+            # Others write this pod's conditions (its readiness gates' controllers): the list is replaced
+            # whole, so the write is conditional on the pod we read, and a condition set meanwhile is a 409
+            # (retried from the newer pod), never erased.
+            patch["metadata"] = {
+                "resourceVersion": str((local.get("metadata") or {}).get("resourceVersion") or "")
+            }
         if fp.labels_of(local).get(c.LOCAL_POD_LABEL) != c.LOCAL_POD_LABEL_VALUE:
-            patch["metadata"] = {"labels": {c.LOCAL_POD_LABEL: c.LOCAL_POD_LABEL_VALUE}}
+            patch.setdefault("metadata", {})["labels"] = {c.LOCAL_POD_LABEL: c.LOCAL_POD_LABEL_VALUE}
         try:
             await self.ctx.home.patch(
                 PODS, name, patch, ns, subresource="status", field_manager=c.FIELD_MANAGER

@@ -39,9 +39,11 @@ from reflectors.forge.pods import (
 
 # Pod spec fields copied verbatim at creation; every other field is dropped (nodeName, nodeSelector,
 # affinity, schedulerName, priority*, preemptionPolicy, overhead, ephemeralContainers, os, schedulingGates,
-# resourceClaims, hostUsers, the deprecated serviceAccount, ...). Order follows Liqo's RemotePodSpec, plus
-# pod-level ``resources`` (KEP-2837, on by default since Kubernetes 1.34; Liqo v1.2 drops it): without it the
-# pool would run the pod BestEffort while the grant charges its pod-level requests.
+# resourceClaims, hostUsers, the deprecated serviceAccount, readinessGates: nothing on the pool would set
+# their conditions, so Ready is computed with them at home, forge.status.with_readiness_gates, ...). Order
+# follows Liqo's RemotePodSpec, plus pod-level ``resources`` (KEP-2837, on by default since Kubernetes 1.34;
+# Liqo v1.2 drops it): without it the pool would run the pod BestEffort while the grant charges its
+# pod-level requests.
 COPIED_SPEC_FIELDS: tuple[str, ...] = (
     "containers",
     "initContainers",
@@ -54,7 +56,6 @@ COPIED_SPEC_FIELDS: tuple[str, ...] = (
     "hostAliases",
     "hostname",
     "imagePullSecrets",
-    "readinessGates",
     "restartPolicy",
     "securityContext",
     "serviceAccountName",

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from reflectors.forge import constants as c
+from reflectors.forge.constants import go_quote
 from reflectors.forge.jsoncopy import JSON_SCALARS, json_copy
 from reflectors.forge.pods import (
     PHASE_FAILED,
@@ -21,6 +22,23 @@ from reflectors.forge.pods import (
 from reflectors.forge.timefmt import rfc3339
 
 CONTAINER_STATUS_LISTS = ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
+# The conditions a kubelet owns (kubelet/types PodConditionsByKubelet, with the feature-gated two): these
+# come from the pool's kubelet. Every other condition on the local pod is someone else's (a readiness-gate
+# controller, the disruption controller) and stays as the API server has it, as a kubelet keeps it.
+KUBELET_CONDITIONS: frozenset[str] = frozenset(
+    {
+        "PodScheduled",
+        "Ready",
+        "Initialized",
+        "ContainersReady",
+        "PodResizeInProgress",
+        "PodResizePending",
+        "PodReadyToStartContainers",
+        "AllContainersRestarting",
+    }
+)
+SHARED_CONDITIONS: frozenset[str] = frozenset({"DisruptionTarget"})  # set by the kubelet or by others
+READINESS_GATES_NOT_READY = "ReadinessGatesNotReady"
 
 
 def restarts_on_remote_change(
@@ -85,6 +103,8 @@ def forge_local_status(
     if disable_ip_reflection:
         status["podIP"] = ""
         status["podIPs"] = []
+    if "conditions" in status or foreign_conditions(local_pod):
+        status["conditions"] = merged_conditions(status.get("conditions") or [], local_pod)
     if remote_unavailable:
         _force_not_ready(status, status_of(local_pod), now)
     return status
@@ -110,6 +130,70 @@ def _force_not_ready(status: KubeObj, local_status: Mapping[str, Any], now: date
     ready["status"] = "False"
     if stamp is not None:
         ready["lastTransitionTime"] = stamp
+
+
+def foreign_conditions(local_pod: ReadObj) -> list[Any]:
+    """The local pod's conditions that are not a kubelet's: someone else set them."""
+    return [
+        cond
+        for cond in status_of(local_pod).get("conditions") or ()
+        if cond.get("type") not in KUBELET_CONDITIONS
+    ]
+
+
+def merged_conditions(remote: list[Any], local_pod: ReadObj) -> list[Any]:
+    """The pool kubelet's conditions, then the local pod's others, kept as they are (a kubelet keeps every
+    condition it does not own). A condition both may set (DisruptionTarget) is the local one if there is
+    one; a pool-side condition of no kubelet's (nobody here set it) is not brought home."""
+    local = foreign_conditions(local_pod)
+    local_types = {cond.get("type") for cond in local}
+    pool = [
+        cond
+        for cond in remote
+        if cond.get("type") in KUBELET_CONDITIONS
+        or (cond.get("type") in SHARED_CONDITIONS and cond.get("type") not in local_types)
+    ]
+    return pool + local
+
+
+def with_readiness_gates(status: KubeObj, local_pod: ReadObj, now: datetime) -> KubeObj:
+    """Ready as a kubelet computes it with the pod's readiness gates: True only while the pool says Ready
+    and every gate's condition (set on the local pod by its controller) is True; else False with the
+    kubelet's reason and messages. The gates are never sent to the pool, where nothing would set them.
+
+    The transition time is kept while Ready keeps its status, and is ``now`` when it changes here."""
+    gates = [g.get("conditionType") for g in ((local_pod.get("spec") or {}).get("readinessGates") or ())]
+    ready = _condition(status, "Ready")
+    if not gates or ready is None or ready.get("status") != "True":
+        return status
+    unready = []
+    for gate in gates:
+        cond = _condition(status, gate)
+        if cond is None:
+            unready.append(f"corresponding condition of pod readiness gate {go_quote(gate)} does not exist.")
+        elif cond.get("status") != "True":
+            unready.append(
+                f'the status of pod readiness gate {go_quote(gate)} is not "True", but {cond.get("status")}'
+            )
+    local_ready = _condition(status_of(local_pod), "Ready") or {}
+    if unready:
+        new = {
+            "type": "Ready",
+            "status": "False",
+            "reason": READINESS_GATES_NOT_READY,
+            "message": ", ".join(unready),
+        }
+    else:
+        new = {k: v for k, v in ready.items() if k not in ("reason", "message")}
+    if local_ready.get("status") == new["status"] and local_ready.get("lastTransitionTime"):
+        new["lastTransitionTime"] = local_ready["lastTransitionTime"]
+    elif new["status"] != ready.get("status") or local_ready.get("status") not in (None, new["status"]):
+        new["lastTransitionTime"] = rfc3339(now)
+    for key in ("observedGeneration", "lastProbeTime"):
+        if key in ready:
+            new.setdefault(key, ready[key])
+    status["conditions"] = [new if cond is ready else cond for cond in status["conditions"]]
+    return status
 
 
 def _condition(status: Mapping[str, Any], kind: str) -> Any:

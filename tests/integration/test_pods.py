@@ -585,3 +585,38 @@ async def test_fallback_removes_a_terminating_pod_of_a_just_unpaired_namespace_o
 
 async def _gone(rig: Rig, resource: Resource, name: str, ns: str, client: KubeClient) -> bool:
     return await rig.get_or_none(client, resource, name, ns) is None
+
+
+# ============================================= readiness gates (issue 36 point 5)
+
+GATE = "example.com/lb-ready"
+
+
+def test_a_pod_with_a_readiness_gate_is_ready_once_its_controller_sets_the_condition(
+    offload: Offload,
+) -> None:
+    """The gate is never sent to the pool (nothing there would set it); at home the pod is Running and not
+    Ready, with the kubelet's reason, until a controller sets the gate's condition; that condition is kept
+    by every later status write, and Ready follows it."""
+    pod = offload.pod("gated")
+    pod["spec"]["readinessGates"] = [{"conditionType": GATE}]
+    offload.post(pod)
+    offload.wait_running("gated")
+
+    def condition(kind: str) -> dict[str, Any]:
+        local = offload.local("gated") or {}
+        return next((c for c in (local.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
+
+    wait_until(lambda: condition("Ready").get("reason") == "ReadinessGatesNotReady", 15,
+               "Ready False for the gate")  # fmt: skip
+    assert condition("Ready")["status"] == "False"
+    assert "readinessGates" not in offload.shadow("gated")["spec"]["pod"]  # type: ignore[index]
+
+    status = {"status": {"conditions": [{"type": GATE, "status": "True"}]}}
+    must(offload.consumer, "PATCH", f"{pod_path(offload.ns, 'gated')}/status", status,
+         content_type="application/strategic-merge-patch+json")  # fmt: skip
+    wait_until(lambda: condition("Ready").get("status") == "True", 15, "Ready once the gate is True")
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:  # later status writes keep the controller's condition
+        assert condition(GATE).get("status") == "True", "the gate's condition was erased"
+        time.sleep(0.2)
