@@ -105,6 +105,7 @@ def forge_local_status(
         status["podIPs"] = []
     if "conditions" in status or foreign_conditions(local_pod):
         status["conditions"] = merged_conditions(status.get("conditions") or [], local_pod)
+    _observe_generation(status, local_pod, remote_pod)
     if remote_unavailable:
         _force_not_ready(status, status_of(local_pod), now)
     return status
@@ -130,6 +131,43 @@ def _force_not_ready(status: KubeObj, local_status: Mapping[str, Any], now: date
     ready["status"] = "False"
     if stamp is not None:
         ready["lastTransitionTime"] = stamp
+
+
+def _observe_generation(status: KubeObj, local_pod: ReadObj, remote_pod: ReadObj) -> None:
+    """``observedGeneration``, of the status and of the kubelet's conditions, in the local pod's terms, as a
+    1.34+ kubelet reports the generation it acted on: the pool pod's own generation means nothing at home.
+
+    The local generation once the pool's kubelet has caught up with its pod (its observedGeneration reaches
+    the pool pod's generation, or it reports none: an older kubelet); before that, what the local pod said.
+    """
+    local_gen = (local_pod.get("metadata") or {}).get("generation")
+    if not isinstance(local_gen, int):
+        status.pop("observedGeneration", None)
+        for cond in status.get("conditions") or ():
+            if cond.get("type") in KUBELET_CONDITIONS:
+                cond.pop("observedGeneration", None)
+        return
+    remote_gen = (remote_pod.get("metadata") or {}).get("generation")
+    remote_seen = status_of(remote_pod).get("observedGeneration")
+    caught_up = (
+        not isinstance(remote_seen, int) or not isinstance(remote_gen, int) or remote_seen >= remote_gen
+    )
+    local_status = status_of(local_pod)
+    before = {
+        cond.get("type"): cond.get("observedGeneration") for cond in local_status.get("conditions") or ()
+    }
+    observed = local_gen if caught_up else local_status.get("observedGeneration")
+    _set_or_drop(status, "observedGeneration", observed)
+    for cond in status.get("conditions") or ():
+        if cond.get("type") in KUBELET_CONDITIONS:
+            _set_or_drop(cond, "observedGeneration", local_gen if caught_up else before.get(cond.get("type")))
+
+
+def _set_or_drop(obj: KubeObj, key: str, value: Any) -> None:
+    if value is None:
+        obj.pop(key, None)
+    else:
+        obj[key] = value
 
 
 def foreign_conditions(local_pod: ReadObj) -> list[Any]:

@@ -620,3 +620,22 @@ def test_a_pod_with_a_readiness_gate_is_ready_once_its_controller_sets_the_condi
     while time.monotonic() < deadline:  # later status writes keep the controller's condition
         assert condition(GATE).get("status") == "True", "the gate's condition was erased"
         time.sleep(0.2)
+
+
+def test_a_local_spec_update_is_observed_in_the_local_pods_generation(offload: Offload) -> None:
+    """A 1.34+ kubelet reports the generation it acted on; the pool pod's own generation means nothing here."""
+    offload.run("generations")
+    local = offload.local("generations") or {}
+    assert local["metadata"]["generation"] == 1
+    wait_until(lambda: ((offload.local("generations") or {}).get("status") or {}).get("observedGeneration") == 1,
+               15, "observedGeneration 1")  # fmt: skip
+    must(offload.consumer, "PATCH", pod_path(offload.ns, "generations"), {"spec": {"activeDeadlineSeconds": 7200}},
+         content_type="application/merge-patch+json")  # fmt: skip
+    assert (offload.local("generations") or {})["metadata"]["generation"] == 2
+
+    def observed() -> tuple[Any, ...]:
+        status = (offload.local("generations") or {}).get("status") or {}
+        ready = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
+        return status.get("observedGeneration"), ready.get("observedGeneration")
+
+    wait_until(lambda: observed() == (2, 2), 15, "the update observed (status and Ready condition)")
