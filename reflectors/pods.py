@@ -16,6 +16,12 @@ from reflectors.context import ReflectionContext
 from reflectors.forge import constants as c
 from reflectors.forge import notices as fn
 from reflectors.forge import pods as fp
+from reflectors.forge.deadline import (
+    DEADLINE_EXCEEDED,
+    DEADLINE_EXCEEDED_MESSAGE,
+    deadline_exceeded_status,
+    seconds_left,
+)
 from reflectors.forge.references import Reference
 from reflectors.forge.shadowpod import (
     controlling_shadow_uid,
@@ -210,9 +216,27 @@ class PodReflector:
         if not fp.has_remote_unavailable_label(local):
             await self._sync_metadata(key, local, shadow, pair)
         tell_not_applied(self.ctx, local, shadow, info)
-        return await self._sync_status(key, local, shadow, remote, info)
+        left = seconds_left(local, _now())
+        if left is not None and left <= 0:
+            await self._end_past_deadline(key, local)
+            return None
+        synced = await self._sync_status(key, local, shadow, remote, info)
+        if left is None:
+            return synced
+        # A deadline set or lowered at home is the pool's only when the ShadowPod was sent with it: look again
+        # at the deadline (a status write or a local update looks sooner).
+        return RequeueAfter(left if synced is None else min(synced.delay, left))
 
     # ------------------------------------------------------------------------------------------ steps
+
+    async def _end_past_deadline(self, key: str, local: Mapping[str, Any]) -> None:
+        """The pod ran past its ``activeDeadlineSeconds``: Failed/DeadlineExceeded at home, with the kubelet's
+        Event; the next pass (a terminal pod) stops it on the pool and frees its share (invariant 4)."""
+        await self._write_status(key, local, deadline_exceeded_status(local, _now()))
+        if (info := self.infos.get(key)) is not None:
+            info.finished = True
+        self.ctx.recorder.event(local, c.EVENT_TYPE_NORMAL, DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE)
+        log.info("pod ran past its activeDeadlineSeconds: Failed", pod=key)
 
     async def _handle_terminating(
         self,

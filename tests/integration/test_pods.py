@@ -639,3 +639,19 @@ def test_a_local_spec_update_is_observed_in_the_local_pods_generation(offload: O
         return status.get("observedGeneration"), ready.get("observedGeneration")
 
     wait_until(lambda: observed() == (2, 2), 15, "the update observed (status and Ready condition)")
+
+
+def test_an_active_deadline_set_on_a_running_pod_ends_it_deadline_exceeded(offload: Offload) -> None:
+    """The ShadowPod went without a deadline and its spec is frozen: the deadline set afterwards is enforced
+    at home as the kubelet enforces it (Failed/DeadlineExceeded, its Event), and the pool pod is stopped."""
+    offload.run("deadline", command="sleep 3600")
+    must(offload.consumer, "PATCH", pod_path(offload.ns, "deadline"), {"spec": {"activeDeadlineSeconds": 3}},
+         content_type="application/merge-patch+json")  # fmt: skip
+    wait_until(lambda: offload.phase("deadline") == "Failed", 20, "Failed at the deadline")
+    status = (offload.local("deadline") or {})["status"]
+    assert status["reason"] == "DeadlineExceeded", status
+    wait_until(lambda: offload.shadow("deadline") is None, 15, "its ShadowPod deleted")
+    wait_until(lambda: any(e.get("reason") == "DeadlineExceeded" for e in offload.events("deadline")), 10,
+               "the kubelet's DeadlineExceeded Event")  # fmt: skip
+    time.sleep(2.0)
+    assert offload.phase("deadline") == "Failed"  # terminal stays terminal
