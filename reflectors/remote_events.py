@@ -100,7 +100,8 @@ class EventPair(Pair):
 
 
 class RemoteEventReflector(PairReflector[EventPair]):
-    """Pool Events about our pods, copied onto the local pods (component suffixed " (remote)")."""
+    """Pool Events about our pods, copied onto the local pods: the pool kubelet's as the node's kubelet's,
+    other components' suffixed " (remote)"."""
 
     name = "events"
     gates_pods = False  # never in the way of pod reflection
@@ -301,6 +302,7 @@ class RemoteEventReflector(PairReflector[EventPair]):
             local_id=self.ctx.local_cluster_id,
             remote_id=self.ctx.remote_cluster_id,
             now=self._wall_clock(),
+            node_name=self.ctx.node_name,
         )
         if desired is None or pod is None:
             return None  # not about a pod of ours (yet): _on_local_pod queues it when the pod appears

@@ -42,6 +42,7 @@ COPIED_FIELDS = (
 # (component, reason) of pool Events that are not copied home: the pool scheduler's "Scheduled" names a
 # pool node the user cannot reach, and the local pod already has its own (naming our virtual node).
 # Copying it cost one consumer write per pod for nothing.
+KUBELET = "kubelet"
 NOT_REFLECTED = frozenset({("default-scheduler", "Scheduled")})
 # What changes when the pool aggregates a repeated event; timestamps move together with count/series.
 MUTABLE_FIELDS = ("reason", "message", "type", "count", "series")
@@ -58,8 +59,13 @@ def forge_local_event(
     now: datetime,
     labels_not_reflected: Iterable[str] = (),
     annotations_not_reflected: Iterable[str] = (),
+    node_name: str | None = None,
 ) -> KubeObj | None:
     """The local copy of a remote Event about a pod (or its ShadowPod), or None when it is not ours to copy.
+
+    With ``node_name``, the pool kubelet's Events are the node's kubelet's (source ``kubelet`` on that host,
+    as ``--field-selector source=kubelet`` and tools following a pod's start look for them; the pool
+    worker's name stays on the pool); every other component keeps Liqo's " (remote)" suffix.
 
     The name is the remote Event's name, so reflecting the same Event again addresses the same local object.
     ``involvedObject`` is re-pointed to the local pod (namespace and UID; kind Pod, also for ShadowPod events,
@@ -76,11 +82,14 @@ def forge_local_event(
     component = source.get("component") or remote_event.get("reportingComponent") or ""
     if (component, remote_event.get("reason")) in NOT_REFLECTED:
         return None
-    local_source: KubeObj = {
-        "component": f"{component}{REMOTE_SUFFIX}" if component else REMOTE_SUFFIX.strip()
-    }
-    if source.get("host"):
-        local_source["host"] = source["host"]
+    as_node_kubelet = node_name is not None and component == KUBELET
+    local_source: KubeObj
+    if as_node_kubelet:
+        local_source = {"component": KUBELET, "host": node_name}
+    else:
+        local_source = {"component": f"{component}{REMOTE_SUFFIX}" if component else REMOTE_SUFFIX.strip()}
+        if source.get("host"):
+            local_source["host"] = source["host"]
 
     local_involved: KubeObj = {
         "apiVersion": "v1",
@@ -114,6 +123,11 @@ def forge_local_event(
             event[field] = json_copy(remote_event[field])
     if not any(event.get(k) for k in ("firstTimestamp", "lastTimestamp", "eventTime")):
         event["firstTimestamp"] = event["lastTimestamp"] = rfc3339(now)
+    if as_node_kubelet:
+        if event.get("reportingComponent"):
+            event["reportingComponent"] = KUBELET
+        if event.get("reportingInstance"):
+            event["reportingInstance"] = node_name
     return event
 
 
@@ -129,7 +143,13 @@ def aggregation_digest(event: ReadObj) -> int:
 
 
 def local_event(
-    remote_event: ReadObj, local_pod: ReadObj | None, *, local_id: str, remote_id: str, now: datetime
+    remote_event: ReadObj,
+    local_pod: ReadObj | None,
+    *,
+    local_id: str,
+    remote_id: str,
+    now: datetime,
+    node_name: str | None = None,
 ) -> KubeObj | None:
     """The local copy of a remote pod Event (see ``forge_local_event``), or None when it is not ours.
 
@@ -137,11 +157,19 @@ def local_event(
     ``eventTime`` (events.k8s.io style, e.g. the scheduler's) must carry a qualified name there, and the
     API server rejects "default-scheduler (remote)" with 422.
     """
-    event = forge_local_event(remote_event, local_pod, local_id=local_id, remote_id=remote_id, now=now)
+    event = forge_local_event(
+        remote_event, local_pod, local_id=local_id, remote_id=remote_id, now=now, node_name=node_name
+    )
     if event is None:
         return None
     reporting = event.get("reportingComponent")
-    if reporting and not event.get("eventTime") and not str(reporting).endswith(REMOTE_SUFFIX):
+    as_node_kubelet = node_name is not None and (event.get("source") or {}).get("component") == KUBELET
+    if (
+        reporting
+        and not as_node_kubelet
+        and not event.get("eventTime")
+        and not str(reporting).endswith(REMOTE_SUFFIX)
+    ):
         event["reportingComponent"] = f"{reporting}{REMOTE_SUFFIX}"
     return event
 

@@ -2,7 +2,8 @@
 
 The pool's fake kubelet posts Pulled/Created/Started (component "kubelet") for a pod it runs, and a
 Warning for a pod annotated ``fake.vkbridge.io/fail-start``; the pool's scheduler posts Scheduled.
-vkbridge must show them on the LOCAL pod, component suffixed " (remote)", and follow the remote Events
+vkbridge must show them on the LOCAL pod (the pool kubelet's as our node's kubelet's: source ``kubelet`` on
+the virtual node, as ``--field-selector source=kubelet`` finds them), and follow the remote Events
 as they are aggregated or deleted. Rate limiting is covered by tests/unit/test_remote_events.py.
 """
 
@@ -17,7 +18,7 @@ from tests.support.offload import Offload
 
 pytestmark = pytest.mark.integration
 
-KUBELET = "kubelet (remote)"
+KUBELET = "kubelet"
 
 
 def remote_copies(offload: Offload, name: str) -> dict[str, dict[str, Any]]:
@@ -25,7 +26,7 @@ def remote_copies(offload: Offload, name: str) -> dict[str, dict[str, Any]]:
     return {
         e["reason"]: e
         for e in offload.events(name)
-        if str((e.get("source") or {}).get("component", "")).endswith(" (remote)")
+        if "offloading.liqo.io/origin" in ((e.get("metadata") or {}).get("labels") or {})
     }
 
 
@@ -47,7 +48,7 @@ def test_pool_kubelet_events_show_on_the_local_pod(offload: Offload) -> None:
     remote_names = {e["metadata"]["name"] for e in offload.remote_events("ev-run")}
     for reason in ("Pulled", "Created", "Started"):
         event = copies[reason]
-        assert event["source"]["component"] == KUBELET
+        assert event["source"] == {"component": KUBELET, "host": bundle.slug}  # never the pool worker
         assert event["reportingComponent"] == KUBELET
         assert event["type"] == "Normal"
         assert event["involvedObject"]["kind"] == "Pod"

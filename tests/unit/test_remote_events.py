@@ -86,6 +86,18 @@ def test_local_event_keeps_the_remote_name_and_points_at_the_local_pod() -> None
     assert event["reportingInstance"] == "pool-worker-1"
 
 
+def test_with_the_node_name_the_pool_kubelets_event_is_the_node_kubelets() -> None:
+    event = local_event(
+        remote_event(), pod(), local_id=LOCAL_ID, remote_id=REMOTE_ID, now=NOW, node_name="vn"
+    )
+    assert event is not None
+    assert event["source"] == {"component": "kubelet", "host": "vn"}
+    assert (event["reportingComponent"], event["reportingInstance"]) == ("kubelet", "vn")
+    other = remote_event(source={"component": "pool-controller"}, reportingComponent="", reportingInstance="")
+    event = local_event(other, pod(), local_id=LOCAL_ID, remote_id=REMOTE_ID, now=NOW, node_name="vn")
+    assert event is not None and event["source"] == {"component": "pool-controller (remote)"}
+
+
 def test_local_event_leaves_reporting_component_of_event_time_events_valid() -> None:
     """The API server requires a qualified name in reportingComponent when eventTime is set (422)."""
     scheduled = remote_event(
@@ -244,8 +256,9 @@ async def test_remote_event_is_copied_onto_the_local_pod() -> None:
             "uid": "local-uid",
             "fieldPath": "spec.containers{app}",
         }
-        assert event["source"]["component"] == "kubelet (remote)"
-        assert event["reportingComponent"] == "kubelet (remote)"
+        # The pool kubelet's Event is the node's kubelet's: source kubelet on our node, never the pool worker.
+        assert event["source"] == {"component": "kubelet", "host": w.refl.ctx.node_name}
+        assert (event["reportingComponent"], event["reportingInstance"]) == ("kubelet", w.refl.ctx.node_name)
         assert event["metadata"]["labels"] == OURS
         assert (event["reason"], event["count"]) == ("Pulled", 1)
 
