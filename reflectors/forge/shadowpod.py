@@ -39,11 +39,13 @@ from reflectors.forge.pods import (
 
 # Pod spec fields copied verbatim at creation; every other field is dropped (nodeName, nodeSelector,
 # affinity, schedulerName, priority*, preemptionPolicy, overhead, ephemeralContainers, os, schedulingGates,
-# resourceClaims, hostUsers, the deprecated serviceAccount, readinessGates: nothing on the pool would set
+# resourceClaims, the deprecated serviceAccount, readinessGates: nothing on the pool would set
 # their conditions, so Ready is computed with them at home, forge.status.with_readiness_gates, ...). Order
 # follows Liqo's RemotePodSpec, plus pod-level ``resources`` (KEP-2837, on by default since Kubernetes 1.34;
 # Liqo v1.2 drops it): without it the pool would run the pod BestEffort while the grant charges its
-# pod-level requests.
+# pod-level requests; and ``hostUsers`` (Liqo drops it): ``false`` asks for a user namespace, and running
+# the pod without one would be a silent downgrade; a pool that cannot give one fails the pod, in its status
+# and Events, which come home.
 COPIED_SPEC_FIELDS: tuple[str, ...] = (
     "containers",
     "initContainers",
@@ -55,6 +57,7 @@ COPIED_SPEC_FIELDS: tuple[str, ...] = (
     "enableServiceLinks",
     "hostAliases",
     "hostname",
+    "hostUsers",
     "imagePullSecrets",
     "restartPolicy",
     "securityContext",

@@ -655,3 +655,15 @@ def test_an_active_deadline_set_on_a_running_pod_ends_it_deadline_exceeded(offlo
                "the kubelet's DeadlineExceeded Event")  # fmt: skip
     time.sleep(2.0)
     assert offload.phase("deadline") == "Failed"  # terminal stays terminal
+
+
+def test_host_users_false_reaches_the_pool_pod(offload: Offload) -> None:
+    """``hostUsers: false`` asks for a user namespace: the pool runs the pod with one or fails it visibly,
+    never silently without (Liqo v1.2 drops the field)."""
+    pod = offload.pod("userns")
+    pod["spec"]["hostUsers"] = False
+    offload.post(pod)
+    wait_until(lambda: offload.shadow("userns") is not None, 15, "its ShadowPod")
+    assert offload.shadow("userns")["spec"]["pod"]["hostUsers"] is False  # type: ignore[index]
+    remote = wait_until(lambda: offload.remote("userns"), 15, "the pool pod")
+    assert remote["spec"]["hostUsers"] is False
