@@ -6,7 +6,8 @@
 
 The pool runs real kubelet workers (e2e/workers: containerd, runc, busybox) where the machine allows it
 (root, the tools hack/setup.sh installs, the kubelet binary), else the fake workers, saying why.
-Everything runs on 127.0.0.1 (real workers: testbed addresses in 198.18.0.0/15) in temporary
+Everything runs on 127.0.0.1 (the virtual node and real workers: testbed addresses in 198.18.0.0/15, so
+kube-apiserver's nodes/proxy reaches the node) in temporary
 directories that are removed on exit.
 """
 
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -31,6 +34,7 @@ from e2e.planes import start_planes
 from e2e.tunnel import TunnelProxy
 from e2e.vkbridge_proc import VkbridgeOptions, VkbridgeProcess
 from e2e.workers import RealWorkers, why_not
+from e2e.workers.host import NODE_IP_RANGE, AddressClaim, NodeAddresses
 
 NAMESPACE = "my-team"
 REAL_POOL_NODES = ["pool-worker-0"]
@@ -120,10 +124,12 @@ def main(argv: list[str] | None = None) -> int:
             say("pool emulator running (Liqo's parts: namespace mapping, ShadowPods, grant, certificates)")
             vk: VkbridgeProcess | None = None
             if not args.no_vkbridge:
+                node_address = NodeAddress().start()
+                handles.append(node_address)
                 opts = VkbridgeOptions(
                     home_kubeconfig=service_account_kubeconfig(consumer, bundle, work), slug=SLUG,
                     consumer_id=CONSUMER_ID, secret_name=bundle.secret_name, tenant_ns=bundle.tenant_ns,
-                    certificate_type="kubelet",
+                    certificate_type="kubelet", node_ip=node_address.ip,
                 )  # fmt: skip
                 if args.impl == "liqo":  # admin identity, self-signed serving cert (see start_impl)
                     ensure_foreign_cluster(consumer, bundle.slug, bundle.tenant_ns)
@@ -156,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
                     logs.stdout if logs.returncode == 0 else f"(kubectl logs failed: {logs.stderr.strip()})"
                 )
                 exec_and_cp(consumer, work)
+                raw = consumer.kubectl("get", "--raw", f"/api/v1/nodes/{SLUG}/proxy/pods", check=False)
+                say(
+                    f"kubectl get --raw /api/v1/nodes/{SLUG}/proxy/pods (node address {node_address.ip}): "
+                    + ("ok" if raw.returncode == 0 else f"failed: {raw.stderr.strip()[:200]}")
+                )
             print()
             print("Explore (in another shell):")
             print(f"  export KUBECONFIG={consumer.admin_kubeconfig}   # the consumer (your cluster)")
@@ -179,6 +190,39 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as exc:
                     print(f"stop {h}: {exc}", file=sys.stderr)
             planes.stop()
+
+
+class NodeAddress:
+    """The virtual node's address: a testbed-owned 198.18.x address on a link of its own, removed at the
+    end. kube-apiserver refuses nodes/proxy to a loopback node address ("address not allowed"), so on
+    127.0.0.1 ``kubectl get --raw /api/v1/nodes/<node>/proxy/...`` and scrapes through the API server fail.
+    Without the rights to make a link, the node stays on 127.0.0.1 and says so."""
+
+    def __init__(self) -> None:
+        self.ip = "127.0.0.1"
+        self._claim: AddressClaim | None = None
+        self._link: NodeAddresses | None = None
+
+    def start(self) -> NodeAddress:
+        owner = f"vkbdemo{os.getpid() % 100000}"
+        claim = AddressClaim(owner)
+        try:
+            ip = str(claim.pick(NODE_IP_RANGE, 32, 1)[0].network_address)
+            self._link = NodeAddresses(owner, [ip]).create()
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+            claim.release()
+            say(f"no testbed address for the node ({exc}): it stays on 127.0.0.1, nodes/proxy will not work")
+            return self
+        self._claim, self.ip = claim, ip
+        return self
+
+    def stop(self) -> None:
+        if self._link is not None:
+            self._link.remove()
+            self._link = None
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
 
 
 def start_workers(pool, work: Path, *, fake: bool) -> object:  # type: ignore[no-untyped-def]

@@ -8,17 +8,25 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, TextIO
 
 from reflectors.forge import constants as c
 from vkbridge.credentials.remote import credentials_from_secret
 from vkbridge.grant import Grant, add_resources, pod_requests
 from vkbridge.kube.client import EVENTS, NODES, PODS, RESOURCESLICES, SECRETS, ApiError, KubeClient
-from vkbridge.kube.kubeconfig import KubeconfigError, cert_info, in_cluster_credentials, load_kubeconfig_file
+from vkbridge.kube.kubeconfig import (
+    Credentials,
+    KubeconfigError,
+    cert_info,
+    in_cluster_credentials,
+    load_kubeconfig_file,
+)
 from vkbridge.quantity import format_quantity
 from vkbridge.settings import Settings
 
@@ -218,15 +226,24 @@ def report(findings: list[Finding], out: TextIO) -> int:
     return 1 if failed else 0
 
 
+def operator_credentials(settings: Settings, environ: Mapping[str, str] | None = None) -> Credentials:
+    """Whom doctor asks as (blocking): ``--home-kubeconfig``; else the pod's identity in a cluster; else the
+    operator's own kubeconfig, ``$KUBECONFIG`` (its first file) or ``~/.kube/config``, as kubectl finds it.
+    The operator's kubeconfig may use an exec credential plugin (GKE, EKS, AKS): doctor runs it, as kubectl
+    does; vkbridge itself never runs one, and never for the pool's Secret."""
+    env = os.environ if environ is None else environ
+    if settings.home_kubeconfig:
+        return load_kubeconfig_file(settings.home_kubeconfig, allow_exec=True)
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        return in_cluster_credentials(environ=env)
+    first = next((p for p in (env.get("KUBECONFIG") or "").split(os.pathsep) if p), "")
+    path = Path(first) if first else Path(env.get("HOME") or Path.home()) / ".kube" / "config"
+    return load_kubeconfig_file(path, allow_exec=True)
+
+
 async def _run(settings: Settings, out: TextIO) -> int:
     try:
-        creds = await asyncio.to_thread(
-            lambda: (
-                load_kubeconfig_file(settings.home_kubeconfig)
-                if settings.home_kubeconfig
-                else in_cluster_credentials()
-            )
-        )
+        creds = await asyncio.to_thread(operator_credentials, settings)
     except KubeconfigError as err:
         out.write(f"FAIL  consumer kubeconfig: {err}\nunhealthy: 1 failed, 0 warnings\n")
         return 1

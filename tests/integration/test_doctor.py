@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -131,3 +133,59 @@ def test_revoked_credential_means_unauthorized_and_notready_then_recovers_withou
         lambda: node_ready(consumer, bundle.slug) == "True", 30, "Ready again with the valid credential"
     )
     assert vkbridge.pid == pid and vkbridge.alive(), "recovered without a restart"
+
+
+def exec_plugin_kubeconfig(consumer: ControlPlane, where: Path) -> Path:
+    """The admin's kubeconfig with its client certificate given by an exec credential plugin, as GKE's,
+    EKS's and AKS's kubeconfigs give theirs (a script here that prints a client.authentication.k8s.io/v1
+    ExecCredential, and fails unless kubectl's KUBERNETES_EXEC_INFO is set)."""
+    doc = yaml.safe_load(Path(consumer.admin_kubeconfig).read_text())
+    user = doc["users"][0]["user"]
+    cert, key = (
+        base64.b64decode(user.pop(k)).decode() for k in ("client-certificate-data", "client-key-data")
+    )
+    credential = {"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                  "status": {"clientCertificateData": cert, "clientKeyData": key}}  # fmt: skip
+    (where / "credential.json").write_text(json.dumps(credential))
+    plugin = where / "cloud-auth-plugin"
+    plugin.write_text(
+        f'#!/bin/sh\n[ -n "$KUBERNETES_EXEC_INFO" ] || exit 3\nexec cat {where / "credential.json"}\n'
+    )
+    plugin.chmod(0o755)
+    user["exec"] = {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin),
+                    "interactiveMode": "Never", "provideClusterInfo": False}  # fmt: skip
+    path = where / "config"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def doctor_as_operator(bundle: Bundle, home: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    return subprocess.run(
+        [sys.executable, "-m", "vkbridge", "doctor", *flags, f"--nodename={bundle.slug}",
+         f"--tenant-namespace={bundle.tenant_ns}", f"--foreign-kubeconfig-secret-name={bundle.secret_name}",
+         f"--foreign-cluster-id={bundle.slug}"],
+        capture_output=True, text=True, timeout=90, cwd=REPO, env={**env, "HOME": str(home)},
+    )  # fmt: skip
+
+
+def test_doctor_runs_the_exec_plugin_of_the_operators_kubeconfig(
+    consumer: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess, tmp_path: Path
+) -> None:
+    config = exec_plugin_kubeconfig(consumer, tmp_path)
+    res = doctor_as_operator(bundle, tmp_path, f"--home-kubeconfig={config}")
+    print(res.stdout, res.stderr)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.strip().splitlines()[-1].startswith("healthy")
+    assert "BEGIN" not in res.stdout + res.stderr  # the plugin's credential is never shown
+
+
+def test_doctor_without_flags_or_cluster_reads_the_operators_kube_config(
+    consumer: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess, tmp_path: Path
+) -> None:
+    (tmp_path / ".kube").mkdir()
+    exec_plugin_kubeconfig(consumer, tmp_path / ".kube")
+    res = doctor_as_operator(bundle, tmp_path)
+    print(res.stdout, res.stderr)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.strip().splitlines()[-1].startswith("healthy")

@@ -31,6 +31,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import NameOID
 
+from vkbridge.kube.execplugin import ExecCredential, ExecPluginError, run_exec_plugin
+
 __all__ = [
     "FILE_FIELDS",
     "SA_DIR",
@@ -141,12 +143,17 @@ def cert_info_of(cert: x509.Certificate) -> CertInfo:
 # ---------------------------------------------------------------------------------------------- parsing
 
 
-def load_kubeconfig_file(path: str | os.PathLike[str], *, context: str | None = None) -> Credentials:
+def load_kubeconfig_file(
+    path: str | os.PathLike[str], *, context: str | None = None, allow_exec: bool = False
+) -> Credentials:
     """Parse the operator's kubeconfig file (blocking: call from a thread on the loop); it may name
-    local files, and relative references resolve against its directory."""
+    local files, and relative references resolve against its directory. ``allow_exec`` (the operator's
+    own kubeconfig in ``vkbridge doctor`` only) runs an ``exec`` credential plugin (``execplugin``)."""
     p = Path(path)
     text = _read_local_file(p, f"kubeconfig {p}")
-    return parse_kubeconfig(text, base_dir=p.parent, context=context, source=str(p), allow_files=True)
+    return parse_kubeconfig(
+        text, base_dir=p.parent, context=context, source=str(p), allow_files=True, allow_exec=allow_exec
+    )
 
 
 def parse_kubeconfig(
@@ -156,6 +163,7 @@ def parse_kubeconfig(
     context: str | None = None,
     source: str = "kubeconfig",
     allow_files: bool = False,
+    allow_exec: bool = False,
 ) -> Credentials:
     """Credentials of the current (or given) context. Raises ``KubeconfigError`` with one clear reason,
     naming ``source`` so the operator knows which file or Secret to fix.
@@ -164,7 +172,7 @@ def parse_kubeconfig(
     before anything is read; only inline data (``*-data``, ``token``) is used.
     """
     try:
-        return _parse(config, base_dir if allow_files else None, context, source, allow_files)
+        return _parse(config, base_dir if allow_files else None, context, source, allow_files, allow_exec)
     except KubeconfigError as err:
         if source == "kubeconfig" or source in str(err):
             raise
@@ -177,6 +185,7 @@ def _parse(
     context: str | None,
     source: str,
     allow_files: bool,
+    allow_exec: bool = False,
 ) -> Credentials:
     doc = _load_doc(config)
     ctx_name = context or doc.get("current-context") or ""
@@ -203,7 +212,7 @@ def _parse(
         _refuse_file_fields("cluster", cluster_name, clusters[cluster_name])
         _refuse_file_fields("user", str(user_name), user)
     base = Path(base_dir) if base_dir is not None else None
-    return _credentials(clusters[cluster_name], user, base, source)
+    return _credentials(clusters[cluster_name], user, base, source, allow_exec and allow_files)
 
 
 def _refuse_file_fields(section: str, name: str, body: Mapping[str, Any]) -> None:
@@ -247,7 +256,11 @@ def _named(doc: Mapping[str, Any], list_key: str, item_key: str) -> dict[str, Ma
 
 
 def _credentials(
-    cluster: Mapping[str, Any], user: Mapping[str, Any], base: Path | None, source: str
+    cluster: Mapping[str, Any],
+    user: Mapping[str, Any],
+    base: Path | None,
+    source: str,
+    allow_exec: bool = False,
 ) -> Credentials:
     if cluster.get("insecure-skip-tls-verify"):
         raise KubeconfigError(
@@ -274,7 +287,16 @@ def _credentials(
             raise KubeconfigError(f"refusing kubeconfig: proxy-url scheme {scheme!r} is not supported")
     tls_server_name = cluster.get("tls-server-name") or None
 
-    if user.get("exec"):
+    plugin: ExecCredential | None = None
+    if user.get("exec") and allow_exec:
+        exec_cfg = user["exec"]
+        if not isinstance(exec_cfg, Mapping):
+            raise KubeconfigError("refusing kubeconfig: exec is not a mapping")
+        try:
+            plugin = run_exec_plugin(exec_cfg, base)
+        except ExecPluginError as err:
+            raise KubeconfigError(f"kubeconfig: {err}") from None
+    elif user.get("exec"):
         raise KubeconfigError(
             "refusing kubeconfig: exec credential plugins are not supported; "
             "use a client certificate or token"
@@ -286,12 +308,14 @@ def _credentials(
 
     cert = _data_or_file(user, "client-certificate-data", "client-certificate", base)
     key = _data_or_file(user, "client-key-data", "client-key", base)
+    if plugin is not None and cert is None and plugin.client_cert_pem is not None:
+        cert, key = plugin.client_cert_pem, plugin.client_key_pem
     if (cert is None) != (key is None):
         raise KubeconfigError("refusing kubeconfig: client certificate and client key must be given together")
     if cert is not None and key is not None:
         _check_cert_and_key(cert, key)
 
-    token = user.get("token") or None
+    token = user.get("token") or (plugin.token if plugin is not None else None)
     token_file = user.get("tokenFile") or None
     if token_file is not None:
         token_path = Path(str(token_file))
