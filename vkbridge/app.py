@@ -237,11 +237,6 @@ class VirtualKubelet:
     async def _run(self) -> None:
         s = self.settings
         home, pool, kubelet_version = await self._connect()
-        if s.enable_apiserver_support:
-            log.warning(
-                "--enable-apiserver-support is accepted but not implemented: offloaded pods get no "
-                "service-account token and no access to this cluster's API (as with the flag off)"
-            )
         self.home, self.pool = home, pool
         node_name, vn_name = s.nodename, s.virtual_node_name or s.nodename
         tenant = s.tenant_namespace

@@ -115,7 +115,7 @@ class Settings:
     pod_namespace: str = ""  # $POD_NAMESPACE; "" = tenant_namespace
     virtual_node_name: str = ""  # $VIRTUALNODE_NAME: the VirtualNode object; "" = nodename
 
-    # What the parse noticed (flags accepted but ignored, one warning line each).
+    # What the parse noticed: the ignored flags given (one INFO line) and the warnings to log.
     ignored_flags: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
 

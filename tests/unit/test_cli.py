@@ -5,6 +5,7 @@ The Go value parsers themselves (vkbridge.goflags) are tested in test_goflags.py
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -16,7 +17,8 @@ from typing import Any
 import pytest
 
 from vkbridge import cli
-from vkbridge.cli import FLAGS, UNIMPLEMENTED_FLAGS, UsageError, main, parse_args
+from vkbridge.cli import FLAGS, IGNORED_FLAGS, UNIMPLEMENTED_FLAGS, UsageError, main, parse_args
+from vkbridge.cli.values import convert
 from vkbridge.goflags import parse_go_duration
 from vkbridge.settings import Settings
 
@@ -207,10 +209,10 @@ def test_real_liqo_argument_vector() -> None:
         "service-reflection-type",
         "ingress-reflection-type",
         "event-reflection-type",
+        "enable-apiserver-support",
         "node-check-network",
     )
-    assert len(s.warnings) == len(s.ignored_flags)
-    assert s.warnings[0].startswith("flag --liqo-namespace is accepted for Liqo compatibility and ignored: ")
+    assert s.warnings == ()  # each is named in the one INFO line (test_main_...)
 
 
 def test_liqo_variants_storage_bare_bools_and_metrics_off() -> None:
@@ -237,25 +239,95 @@ def test_liqo_variants_storage_bare_bools_and_metrics_off() -> None:
         "klog.logtostderr",
         "klog.log_file_max_size",
     )
+    assert s.warnings == (
+        "flag --enable-storage=true asks for what vkbridge does not do, ignored: storage reflection is not "
+        "implemented",
+    )
 
 
-def test_an_unimplemented_flag_warns_once_however_often_given() -> None:
+def test_an_ignored_flag_is_named_once_and_judged_on_its_last_value() -> None:
     s = parse("--enable-ingress", "--enable-ingress=false", "--service-reflection-workers", "0")
     assert s.ignored_flags == ("enable-ingress", "service-reflection-workers")
-    assert len(s.warnings) == 2
+    assert s.warnings == ()
+    s = parse("--enable-ingress=false", "--enable-ingress", "--enable-ingress")
+    assert s.ignored_flags == ("enable-ingress",) and len(s.warnings) == 1
 
 
-@pytest.mark.parametrize("name", sorted(UNIMPLEMENTED_FLAGS))
-def test_every_unimplemented_flag_is_accepted_with_one_warning(name: str) -> None:
+#: Per ignored flag of Liqo v1.2: a value that stays quiet (Liqo's default or an off switch) and, where
+#: one exists, a value that asks for what vkbridge does not do (one WARNING).
+_QUIET_AND_ASKING: dict[str, tuple[str, str | None]] = {
+    "enable-apiserver-support": ("true", None),
+    "enable-profiling": ("false", "true"),
+    "liqo-namespace": ("liqo", None),
+    "resync-period": ("10h", None),
+    "node-check-network": ("false", "true"),
+    "serviceaccount-reflection-workers": ("3", None),
+    "event-reflection-type": ("DenyList", "AllowList"),
+    "home-api-server-host": ("", "10.0.0.1"),
+    "home-api-server-port": ("", "6443"),
+    **{f"{r}-reflection-workers": ("3", None) for r in ("service", "ingress", "persistentvolumeclaim")},
+    "endpointslice-reflection-workers": ("10", None),
+    "service-reflection-type": ("DenyList", None),
+    "ingress-reflection-type": ("AllowList", None),
+    "local-podcidr": ("10.244.0.0/16", None),
+    "enable-storage": ("false", "true"),
+    "virtual-storage-class-name": ("liqo", None),
+    "remote-real-storage-class-name": ("standard", None),
+    "enable-ingress": ("false", "true"),
+    "remote-real-ingress-class-name": ("nginx", None),
+    "enable-load-balancer": ("false", "true"),
+    "remote-real-load-balancer-class-name": ("lb", None),
+    "klog.log_dir": ("", "/var/log"),
+    "klog.log_file": ("", "/var/log/vk.log"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(n for n, row in IGNORED_FLAGS.items() if not row.newer))
+def test_every_ignored_liqo_v1_2_flag_is_quiet_unless_its_value_asks_for_what_vkbridge_does_not_do(
+    name: str,
+) -> None:
     spec = cli.FLAGS_BY_NAME[name]
-    value = {"bool": "true", "uint": "1", "enum": "AllowList", "slice": "10.0.0.0/8", "duration": "1h"}.get(
-        spec.kind, "6443" if name.endswith("-port") else "x"
+    default = {"bool": "false", "uint": "0", "string": "x"}.get(spec.kind, "1")
+    quiet, asking = _QUIET_AND_ASKING.get(name, (default, None))
+    s = parse(f"--{name}={quiet}")
+    assert (s.ignored_flags, s.warnings) == ((name,), ())
+    if asking is not None:
+        s = parse(f"--{name}={asking}")
+        assert s.ignored_flags == (name,)
+        assert s.warnings == (
+            f"flag --{name}={asking} asks for what vkbridge does not do, ignored: {UNIMPLEMENTED_FLAGS[name]}",
+        )
+    else:
+        assert not IGNORED_FLAGS[name].asks(convert(spec, quiet))
+
+
+def test_flags_of_newer_liqo_releases_are_accepted_with_one_warning_each() -> None:
+    newer = {name: row for name, row in IGNORED_FLAGS.items() if row.newer}
+    assert {"resourceslice-reflection-workers", "resourceclaim-reflection-workers"} <= set(newer)
+    args = [f"--{name}={'3' if row.kind == 'uint' else '10.0.0.0/8'}" for name, row in newer.items()]
+    s = parse(*args, *args)  # given twice: still one warning each
+    assert s.ignored_flags == tuple(newer)
+    assert s.warnings == tuple(
+        f"flag --{name} of a newer Liqo release ({row.newer}), ignored: {row.reason}"
+        for name, row in newer.items()
     )
-    s = parse(f"--{name}={value}")
-    assert s.ignored_flags == (name,)
-    assert s.warnings == (
-        f"flag --{name} is accepted for Liqo compatibility and ignored: {UNIMPLEMENTED_FLAGS[name]}",
+    # Liqo's current chart passes them on the same line as v1.2's arguments.
+    s = parse_args(
+        [*LIQO_ARGS, "--resourceslice-reflection-workers=3", "--resourceclaim-reflection-workers=3"], LIQO_ENV
     )
+    assert [w.split(" of ")[0] for w in s.warnings] == [
+        "flag --resourceslice-reflection-workers",
+        "flag --resourceclaim-reflection-workers",
+    ]
+
+
+@pytest.mark.parametrize(
+    "flag", ["--frobnicate", "--resourcequota-reflection-workers=3", "--reflect-everything"]
+)
+def test_an_unknown_flag_of_no_liqo_release_exits_2(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*REQUIRED, flag]) == 2
+    name = flag.partition("=")[0]
+    assert capsys.readouterr().err.splitlines() == [f"vkbridge: unknown flag: {name}"]
 
 
 # ---- pflag syntax ------------------------------------------------------------------------------------------
@@ -645,8 +717,65 @@ def test_main_runs_the_app_with_the_settings_and_logs_each_warning_once(
     assert main(env_free) == 7  # `run` is the default command
     assert [(name, s.nodename) for name, s in fake_entries] == [("app", "c0123456789ab")] * 2
     err = capsys.readouterr().err
-    assert err.count("flag --enable-profiling is accepted for Liqo compatibility and ignored") == 1
-    assert err.count("flag --local-podcidr is accepted") == 2  # once per run
+    assert err.count("flag --enable-profiling=true asks for what vkbridge does not do") == 1
+    assert err.count("Liqo flags accepted and ignored") == 2  # once per run
+
+
+def test_a_start_with_liqos_chart_arguments_logs_no_warning(
+    fake_entries: list[tuple[str, Settings]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for var, value in LIQO_ENV.items():
+        monkeypatch.setenv(var, value)
+    assert main([*LIQO_ARGS, "--logging-format=json"]) == 7
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [line["severity"] for line in lines] == ["INFO"]
+    ignored = fake_entries[0][1].ignored_flags
+    assert "enable-apiserver-support" in ignored and len(ignored) == 12
+    assert lines[0]["msg"].endswith(": " + ", ".join(f"--{name}" for name in ignored))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--logging-format=json", "--listen-port=99999"],
+        ["--listen-port=99999", "--log-format", "json"],
+        ["--logging-format=json", "--frobnicate"],
+    ],
+)
+def test_a_fatal_configuration_error_is_one_json_line_with_exit_2(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*REQUIRED, *args]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    lines = out.err.splitlines()
+    assert len(lines) == 1
+    line = json.loads(lines[0])
+    assert (line["severity"], line["logger"]) == ("ERROR", "vkbridge.cli")
+    assert line["msg"].startswith("vkbridge: ") and "Traceback" not in out.err
+    assert ("--listen-port" if "--listen-port=99999" in args else "--frobnicate") in line["msg"]
+    assert main(["--logging-format=json", "--nodename=n"]) == 2  # a missing required flag too
+    missing = capsys.readouterr().err.splitlines()
+    assert len(missing) == 1 and json.loads(missing[0])["msg"].startswith("vkbridge: missing required flag")
+
+
+def test_a_fatal_startup_error_is_one_log_line_with_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vkbridge import app
+    from vkbridge.logs import setup_logging
+
+    async def refuse(self: app.VirtualKubelet) -> None:
+        raise app.StartupError("cannot use the consumer kubeconfig: /nowhere: no such file")
+
+    monkeypatch.setattr(app.VirtualKubelet, "run", refuse)
+    setup_logging(0, "json")
+    assert app.run(parse()) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1
+    assert json.loads(lines[0])["msg"] == "cannot use the consumer kubeconfig: /nowhere: no such file"
 
 
 def test_main_doctor_runs_the_doctor_with_the_same_flags(fake_entries: list[tuple[str, Settings]]) -> None:

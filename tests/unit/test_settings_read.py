@@ -1,11 +1,11 @@
-"""Every Settings field a flag fills is used by the product, or its flag warns that it is ignored.
+"""Every Settings field a flag fills is used by the product, or its flag is logged as ignored.
 
 The rule (static, over the source text): a field counts as read when a ``.py`` file under ``vkbridge/`` or
 ``reflectors/``, other than ``vkbridge/settings.py`` itself, contains ``settings.<field>`` or ``s.<field>``
 as whole words (so ``self.settings.<field>`` and ``self.s.<field>`` count too): the names the product
 gives a Settings object. A field filled by a flag must be read, or each of its flags must be in
-``UNIMPLEMENTED_FLAGS``, which makes the parse warn once; a read field's flag must not be there (it would
-warn "ignored" about a flag that works). Fields not filled by a flag (environment, parse outcome) must be
+``UNIMPLEMENTED_FLAGS``, which the start-up names as ignored; a read field's flag must not be there (it
+would call a flag that works "ignored"). Fields not filled by a flag (environment, parse outcome) must be
 read or listed below with the reason.
 """
 
@@ -29,7 +29,6 @@ SOURCES = [
 #: Fields no flag fills that nothing reads, and why that is fine.
 UNREAD_NOT_FLAGS = {
     "pod_namespace": "$POD_NAMESPACE: Liqo runs the pod in the tenant namespace, which is what vkbridge uses",
-    "ignored_flags": "the parse's record of the flags it warned about (the warnings are logged instead)",
 }
 
 

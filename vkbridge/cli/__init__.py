@@ -4,8 +4,11 @@ Liqo's controller-manager starts our image with the argument vector it builds fo
 so every v1.2 flag is accepted with pflag's syntax: ``--flag=value`` or ``--flag value``; booleans as
 ``--flag`` or ``--flag=true|false`` (``--flag false`` is refused: pflag would read it as ``--flag`` plus a
 stray word); repeated flags: the last wins, lists append, maps merge; Go durations and numbers.
-Flags we do not implement are accepted with one warning each (UNIMPLEMENTED_FLAGS). Any bad value exits 2
-with one line: ``vkbridge: invalid value "<v>" for flag --<name>: <what is wrong>``.
+Flags we do not implement are accepted (IGNORED_FLAGS): one INFO line names them, a WARNING comes only
+where a value asks for what vkbridge does not do or the flag is of a newer Liqo release; a flag of no
+Liqo release exits 2. Any bad value exits 2 with one line:
+``vkbridge: invalid value "<v>" for flag --<name>: <what is wrong>`` (a JSON log line under
+``--logging-format=json``).
 
 Environment (downward API, as Liqo's Deployment sets it): ``KUBECONFIG`` is the default of
 --home-kubeconfig, ``POD_IP`` the default of --node-ip, ``POD_NAME`` the leader-election identity,
@@ -24,14 +27,23 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-from vkbridge.cli.flags import FLAGS, FLAGS_BY_NAME, UNIMPLEMENTED_FLAGS, FlagSpec
-from vkbridge.cli.parse import PROG, HelpRequested, UsageError, build_parser, parse_args
+from vkbridge.cli.flags import FLAGS, FLAGS_BY_NAME, IGNORED_FLAGS, UNIMPLEMENTED_FLAGS, FlagSpec
+from vkbridge.cli.parse import (
+    PROG,
+    HelpRequested,
+    UsageError,
+    build_parser,
+    ignored_flags_line,
+    parse_args,
+    requested_log_format,
+)
 from vkbridge.logs import get_logger, setup_logging
 from vkbridge.settings import Settings
 
 __all__ = [
     "FLAGS",
     "FLAGS_BY_NAME",
+    "IGNORED_FLAGS",
     "UNIMPLEMENTED_FLAGS",
     "FlagSpec",
     "UsageError",
@@ -85,9 +97,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(build_parser(command).format_help())
         return 0
     except UsageError as exc:
-        sys.stderr.write(f"{PROG}: {exc}\n")
+        if requested_log_format(args) == "json":
+            setup_logging(0, "json")
+            log.error(f"{PROG}: {exc}")
+        else:
+            sys.stderr.write(f"{PROG}: {exc}\n")
         return 2
     setup_logging(settings.verbosity, settings.log_format)
+    if line := ignored_flags_line(settings):
+        log.info(line)
     for warning in settings.warnings:
         log.warning(warning)
     return _run(command, settings)

@@ -1,57 +1,107 @@
 """The flag table: every Liqo v1.2 virtual-kubelet flag (LIQO §9) and vkbridge's own, with its value syntax.
 
 To add a flag: one `FlagSpec` row here (its Settings field is named after it), the field in
-`vkbridge.settings.Settings`, a line in docs/operations.md; a flag Liqo passes that vkbridge does not
-implement also gets its reason in UNIMPLEMENTED_FLAGS (one warning line at start).
+`vkbridge.settings.Settings`, a line in docs/operations.md. A Liqo flag vkbridge accepts and does not
+implement gets its row in IGNORED_FLAGS instead: its reason, and when it warns (see `Ignored`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from vkbridge.settings import CERTIFICATE_TYPES, LOG_FORMATS, REFLECTION_TYPES
+from vkbridge.settings import CERTIFICATE_TYPES, LOG_FORMATS, REFLECTION_TYPES, Settings
 
-__all__ = ["FLAGS", "FLAGS_BY_NAME", "UNIMPLEMENTED_FLAGS", "FlagSpec", "Kind"]
+__all__ = ["FLAGS", "FLAGS_BY_NAME", "IGNORED_FLAGS", "UNIMPLEMENTED_FLAGS", "FlagSpec", "Ignored", "Kind"]
+
+Kind = Literal[
+    "string", "bool", "duration", "uint", "port", "enum", "map", "slice", "ip", "fraction", "level"
+]
+
+
+def _never(_value: object) -> bool:
+    return False
+
+
+def _true(value: object) -> bool:
+    return value is True
+
+
+def _set(value: object) -> bool:
+    return bool(value)
+
+
+def _allow_list(value: object) -> bool:
+    return value == "AllowList"
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A Liqo flag accepted and not implemented: why, and when it is worth a WARNING at start.
+
+    Every ignored flag given is named in one INFO line at start. A flag of Liqo v1.2 (`newer` empty) warns
+    only when `asks(value)` says its value asks for something vkbridge does not do: the values Liqo's chart
+    and webhook pass on a healthy install (Liqo's defaults, the ``false`` of an off switch) stay quiet. A
+    flag of a newer Liqo release (`newer`: since which) warns once, whatever its value: nobody has checked
+    what it asks for. `kind` is the value syntax of a flag that has no row in FLAGS otherwise.
+    """
+
+    reason: str
+    asks: Callable[[object], bool] = _never
+    newer: str = ""
+    kind: Kind = "string"
+
 
 _NO_SVC = (
     "vkbridge reflects no Services, EndpointSlices, Ingresses or PVCs (Extend has no cross-cluster network)"
 )
-_NO_REMAP = "IP remapping flags of Liqo after v1.2.0 are not implemented"
 _KLOG = "vkbridge logs with Python logging (use --log-format and -v)"
+_KLOG_FILE = "vkbridge logs to stderr only (use --log-format and -v)"
 _NO_APISERVER = "API server support for offloaded pods is not implemented (see --enable-apiserver-support)"
+_NO_REMAP = "IP remapping is not implemented"
+_AFTER_V12: Final = "after v1.2.0"
+_NO_DRA = "Dynamic Resource Allocation objects are not reflected"
 
-#: Liqo flags accepted for compatibility and ignored, with the reason given in their one warning line.
-UNIMPLEMENTED_FLAGS: Final[Mapping[str, str]] = {
-    "enable-profiling": "there is no pprof endpoint in vkbridge",
-    "liqo-namespace": "vkbridge reads nothing from Liqo's own namespace",
-    "resync-period": "vkbridge's caches do not resync (they re-list only after a watch expires, 410)",
-    "node-check-network": "the Node never gets a NetworkUnavailable condition (Extend has no Liqo network)",
-    "serviceaccount-reflection-workers": "ServiceAccount token reflection is not implemented",
-    "event-reflection-type": "remote pod Events are reflected without a DenyList/AllowList filter",
-    "home-api-server-host": _NO_APISERVER,
-    "home-api-server-port": _NO_APISERVER,
-    "service-reflection-workers": _NO_SVC,
-    "endpointslice-reflection-workers": _NO_SVC,
-    "ingress-reflection-workers": _NO_SVC,
-    "persistentvolumeclaim-reflection-workers": _NO_SVC,
-    "service-reflection-type": _NO_SVC,
-    "ingress-reflection-type": _NO_SVC,
-    "local-podcidr": "it only serves EndpointSlice reflection, which vkbridge does not do",
-    "enable-storage": "storage reflection is not implemented",
-    "virtual-storage-class-name": "storage reflection is not implemented",
-    "remote-real-storage-class-name": "storage reflection is not implemented",
-    "enable-ingress": "Ingress reflection is not implemented",
-    "remote-real-ingress-class-name": "Ingress reflection is not implemented",
-    "enable-load-balancer": "LoadBalancer Service reflection is not implemented",
-    "remote-real-load-balancer-class-name": "LoadBalancer Service reflection is not implemented",
-    "remote-pod-cidr": _NO_REMAP,
-    "remote-pod-cidr-remap": _NO_REMAP,
-    "remote-external-cidr": _NO_REMAP,
-    "remote-external-cidr-remap": _NO_REMAP,
+#: The one table of ignored flags: Liqo v1.2's (quiet unless the value asks for what vkbridge does not do)
+#: and newer Liqo releases' (one WARNING each). A flag of no Liqo release is refused (exit 2).
+IGNORED_FLAGS: Final[Mapping[str, Ignored]] = {
+    # Liqo's chart always appends --enable-apiserver-support=true: quiet, the INFO line names it.
+    "enable-apiserver-support": Ignored(
+        "offloaded pods get no service-account token and no access to this cluster's API (token "
+        "reflection is not implemented; as with the flag off)"
+    ),
+    "enable-profiling": Ignored("there is no pprof endpoint in vkbridge", _true),
+    "liqo-namespace": Ignored("vkbridge reads nothing from Liqo's own namespace"),
+    "resync-period": Ignored(
+        "vkbridge's caches do not resync (they re-list only after a watch expires, 410)"
+    ),
+    "node-check-network": Ignored(
+        "the Node never gets a NetworkUnavailable condition (Extend has no Liqo network)", _true
+    ),
+    "serviceaccount-reflection-workers": Ignored("ServiceAccount token reflection is not implemented"),
+    "event-reflection-type": Ignored(
+        "remote pod Events are reflected without a DenyList/AllowList filter", _allow_list
+    ),
+    "home-api-server-host": Ignored(_NO_APISERVER, _set),
+    "home-api-server-port": Ignored(_NO_APISERVER, _set),
+    "service-reflection-workers": Ignored(_NO_SVC),
+    "endpointslice-reflection-workers": Ignored(_NO_SVC),
+    "ingress-reflection-workers": Ignored(_NO_SVC),
+    "persistentvolumeclaim-reflection-workers": Ignored(_NO_SVC),
+    "service-reflection-type": Ignored(_NO_SVC),
+    "ingress-reflection-type": Ignored(_NO_SVC),
+    "local-podcidr": Ignored("it only serves EndpointSlice reflection, which vkbridge does not do"),
+    # Liqo's webhook sets --enable-* when the VirtualNode offers storage/ingress/load-balancer classes.
+    "enable-storage": Ignored("storage reflection is not implemented", _true),
+    "virtual-storage-class-name": Ignored("storage reflection is not implemented"),
+    "remote-real-storage-class-name": Ignored("storage reflection is not implemented"),
+    "enable-ingress": Ignored("Ingress reflection is not implemented", _true),
+    "remote-real-ingress-class-name": Ignored("Ingress reflection is not implemented"),
+    "enable-load-balancer": Ignored("LoadBalancer Service reflection is not implemented", _true),
+    "remote-real-load-balancer-class-name": Ignored("LoadBalancer Service reflection is not implemented"),
     **{
-        f"klog.{name}": _KLOG
+        f"klog.{name}": Ignored(_KLOG_FILE, _set) if name in ("log_dir", "log_file") else Ignored(_KLOG)
         for name in (
             "add_dir_header",
             "alsologtostderr",
@@ -69,11 +119,17 @@ UNIMPLEMENTED_FLAGS: Final[Mapping[str, str]] = {
             "vmodule",
         )
     },
+    # Newer Liqo releases.
+    "remote-pod-cidr": Ignored(_NO_REMAP, newer=_AFTER_V12, kind="slice"),
+    "remote-pod-cidr-remap": Ignored(_NO_REMAP, newer=_AFTER_V12, kind="slice"),
+    "remote-external-cidr": Ignored(_NO_REMAP, newer=_AFTER_V12, kind="slice"),
+    "remote-external-cidr-remap": Ignored(_NO_REMAP, newer=_AFTER_V12, kind="slice"),
+    "resourceslice-reflection-workers": Ignored(_NO_DRA, newer=_AFTER_V12, kind="uint"),
+    "resourceclaim-reflection-workers": Ignored(_NO_DRA, newer=_AFTER_V12, kind="uint"),
 }
 
-Kind = Literal[
-    "string", "bool", "duration", "uint", "port", "enum", "map", "slice", "ip", "fraction", "level"
-]
+#: Each ignored flag's reason (a view of IGNORED_FLAGS).
+UNIMPLEMENTED_FLAGS: Final[Mapping[str, str]] = {name: row.reason for name, row in IGNORED_FLAGS.items()}
 
 
 @dataclass(frozen=True)
@@ -179,6 +235,12 @@ FLAGS: Final[tuple[FlagSpec, ...]] = (
         _f(name, _KLOG_KINDS.get(name.removeprefix("klog."), "string"), "klog flag (ignored)", dest=None)
         for name in UNIMPLEMENTED_FLAGS
         if name.startswith("klog.")
+    ),
+    # Flags of newer Liqo releases that have no setting: parsed with their syntax, then ignored.
+    *(
+        _f(name, row.kind, f"Liqo {row.newer} (ignored)", dest=None)
+        for name, row in IGNORED_FLAGS.items()
+        if row.newer and name.replace("-", "_") not in Settings.__dataclass_fields__
     ),
     # vkbridge's own.
     _f("log-format", "enum", "log line format", LOG_FORMATS),

@@ -14,12 +14,20 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NoReturn
 
-from vkbridge.cli.flags import FLAGS, FLAGS_BY_NAME, UNIMPLEMENTED_FLAGS, FlagSpec
+from vkbridge.cli.flags import FLAGS, FLAGS_BY_NAME, IGNORED_FLAGS, FlagSpec
 from vkbridge.cli.values import check_host_port, check_ip, convert
 from vkbridge.goflags import format_go_duration
 from vkbridge.settings import Settings
 
-__all__ = ["PROG", "HelpRequested", "UsageError", "build_parser", "parse_args"]
+__all__ = [
+    "PROG",
+    "HelpRequested",
+    "UsageError",
+    "build_parser",
+    "ignored_flags_line",
+    "parse_args",
+    "requested_log_format",
+]
 
 PROG: Final = "vkbridge"
 _REQUIRED_FOR_RUN: Final = ("foreign-cluster-id", "foreign-kubeconfig-secret-name")
@@ -146,7 +154,10 @@ def build_parser(command: str = "run") -> argparse.ArgumentParser:
     )
     groups = {
         "liqo": parser.add_argument_group("Liqo virtual-kubelet flags"),
-        "ignored": parser.add_argument_group("Liqo flags accepted and ignored (one warning each)"),
+        "ignored": parser.add_argument_group(
+            "Liqo flags accepted and ignored (named in one INFO line at start; a warning when the value "
+            "asks for what vkbridge does not do, or the flag is of a newer Liqo release)"
+        ),
         "own": parser.add_argument_group("vkbridge flags"),
     }
     parser.add_argument("-h", "--help", action="store_true", help="show this help")
@@ -187,6 +198,7 @@ def parse_args(
 
     values: dict[str, Any] = {}
     last_raw: dict[str, tuple[str, str]] = {}  # Settings field -> (flag, raw) of the value it holds
+    ignored_values: dict[str, tuple[str, Any]] = {}  # ignored flag -> (raw, value) of its last use
     ignored: list[str] = []
     for spec, _ in pairs:
         if spec.ignored and spec.name not in ignored:
@@ -196,6 +208,8 @@ def parse_args(
             value = convert(spec, raw)
         except ValueError as exc:
             raise _invalid(spec.flag, raw, str(exc)) from None
+        if spec.ignored:
+            ignored_values[spec.name] = (raw, value)
         if spec.dest is None:
             continue
         if spec.kind == "slice":
@@ -218,10 +232,8 @@ def parse_args(
                 raise UsageError(f"missing required flag --{name}")
     _cross_check(values, last_raw)
 
-    warnings = [
-        f"flag --{name} is accepted for Liqo compatibility and ignored: {UNIMPLEMENTED_FLAGS[name]}"
-        for name in ignored
-    ]
+    warnings = [_ignored_warning(name, *ignored_values[name]) for name in ignored]
+    warnings = [w for w in warnings if w]
     vn_name = env.get("VIRTUALNODE_NAME", "")
     nodename = values.get("nodename", _DEFAULTS.nodename)
     if vn_name and vn_name != nodename:
@@ -230,6 +242,36 @@ def parse_args(
             f"the VirtualNode read is {vn_name}"
         )
     return Settings(**values, ignored_flags=tuple(ignored), warnings=tuple(warnings))
+
+
+def _ignored_warning(name: str, raw: str, value: Any) -> str:
+    """The WARNING an ignored flag is worth (IGNORED_FLAGS decides), or "" when the INFO line is enough."""
+    row = IGNORED_FLAGS[name]
+    if row.newer:
+        return f"flag --{name} of a newer Liqo release ({row.newer}), ignored: {row.reason}"
+    if row.asks(value):
+        return f"flag --{name}={raw} asks for what vkbridge does not do, ignored: {row.reason}"
+    return ""
+
+
+def ignored_flags_line(settings: Settings) -> str:
+    """The one INFO line of start-up naming every ignored flag given ("" when none was)."""
+    if not settings.ignored_flags:
+        return ""
+    names = ", ".join(f"--{name}" for name in settings.ignored_flags)
+    return f"Liqo flags accepted and ignored (not implemented by vkbridge, docs/operations.md): {names}"
+
+
+def requested_log_format(args: Sequence[str]) -> str:
+    """The log format the command line asks for, read leniently (to report a usage error in it)."""
+    fmt = "text"
+    for i, tok in enumerate(args):
+        for flag in ("--log-format", "--logging-format"):
+            if tok == flag and i + 1 < len(args):
+                fmt = args[i + 1]
+            elif tok.startswith(flag + "="):
+                fmt = tok.partition("=")[2]
+    return fmt if fmt in ("text", "json") else "text"
 
 
 def _apply_env(values: dict[str, Any], env: Mapping[str, str]) -> None:
