@@ -15,7 +15,7 @@ import signal
 import socket
 import sys
 from collections.abc import Coroutine, Mapping
-from typing import Any
+from typing import Any, Final
 
 from reflectors.context import ReflectionContext
 from reflectors.engine import ReflectionEngine
@@ -29,6 +29,7 @@ from vkbridge.credentials.remote import (
 from vkbridge.credentials.renewal import CertificateRenewer
 from vkbridge.credentials.serving import ServingCertificateManager
 from vkbridge.grant import Admission, Grant, grant_of
+from vkbridge.kube.backoff import Backoff
 from vkbridge.kube.cache import Cache
 from vkbridge.kube.client import (
     CONFIGMAPS,
@@ -39,6 +40,7 @@ from vkbridge.kube.client import (
     VIRTUALNODES,
     ApiError,
     KubeClient,
+    TransportError,
 )
 from vkbridge.kube.events import EventRecorder
 from vkbridge.kube.health import HealthChecks, LoopWatchdog, TaskWatch
@@ -64,6 +66,18 @@ from vkbridge.settings import Settings
 log = get_logger("vkbridge.app")
 
 SHUTDOWN_GRACE_SECONDS = 4.0
+
+
+# Retrying the first consumer requests at start: 1 s doubling to 30 s; a WARNING at most every 30 s.
+START_RETRY_BASE: Final = 1.0
+START_RETRY_CAP: Final = 30.0
+START_WARN_INTERVAL: Final = 30.0
+
+
+def retryable_at_start(err: ApiError) -> bool:
+    """No answer, a 5xx or a 429 at start: the consumer API is not there yet, try again. Anything else is a
+    refusal that retrying would not change."""
+    return isinstance(err, TransportError) or err.status >= 500 or err.status == 429
 
 
 class StartupError(Exception):
@@ -207,8 +221,7 @@ class VirtualKubelet:
         except KubeconfigError as err:
             raise StartupError(f"cannot use the consumer kubeconfig: {err}") from None
         try:
-            version = await home.request("GET", "/version")
-            pool_creds = await self._pool_credentials(home)
+            version, pool_creds = await self._first_answers(home)
         except BaseException:
             await home.close()  # a refusal at start is one clear line, not asyncio's unclosed-session noise
             raise
@@ -219,6 +232,39 @@ class VirtualKubelet:
         log.info("pool credential loaded", server=pool_creds.server, **describe(pool_creds))
         return home, pool, str(version.get("gitVersion") or "v1.36.0")
 
+    async def _first_answers(self, home: KubeClient) -> tuple[dict[str, Any], Credentials]:
+        """The consumer's version and the pool credential, retried while the consumer API does not answer
+        (a control-plane upgrade, the pod started before its network): capped backoff, a WARNING on the
+        first failure and every ``START_WARN_INTERVAL`` after, the reason in /readyz; never an exit. A
+        refusal (401, 403, a bad Secret) is a StartupError: retrying would not change it."""
+        backoff = Backoff(START_RETRY_BASE, START_RETRY_CAP)
+        last_warning = -START_WARN_INTERVAL
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                version = await home.request("GET", "/version")
+                creds = await self._pool_credentials(home)
+            except ApiError as err:
+                if not retryable_at_start(err):
+                    raise StartupError(f"the consumer API refused vkbridge: {err}") from None
+                delay = backoff.next()
+                reason = str(err)[:160]
+                self.phase = (
+                    f"connecting to the consumer API: no answer yet ({reason}), try {backoff.attempts}"
+                )
+                if loop.time() - last_warning >= START_WARN_INTERVAL:
+                    last_warning = loop.time()
+                    log.warning(
+                        "consumer API not answering at start; retrying",
+                        error=str(err)[:200], attempts=backoff.attempts, retry_in=round(delay, 1),
+                    )  # fmt: skip
+                await asyncio.sleep(delay)
+                continue
+            if backoff.attempts:
+                log.info("consumer API answering", after_attempts=backoff.attempts)
+            self.phase = "connected to the consumer API"
+            return version, creds
+
     async def _pool_credentials(self, home: KubeClient) -> Credentials:
         s = self.settings
         secret_where = f"{s.tenant_namespace}/{s.foreign_kubeconfig_secret_name}"
@@ -227,6 +273,8 @@ class VirtualKubelet:
         except ApiError as err:
             if err.not_found:
                 secret = None
+            elif retryable_at_start(err):
+                raise  # the consumer API stopped answering: retried by _first_answers
             else:
                 raise StartupError(f"cannot read the pool kubeconfig Secret {secret_where}: {err}") from None
         try:
