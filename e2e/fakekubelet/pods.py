@@ -326,12 +326,15 @@ class PodRuntime:
     def build_status(self) -> Json:
         now = iso_seconds()
         phase = pod_phase(self.init, self.main)
+        generation = self.pod["metadata"].get("generation")
         ours = conditions(self.book, self.init, self.main, phase, self.sandbox, now)
+        scheduled = self.book.make("PodScheduled", True, now)
+        if generation is not None:  # a 1.35+ kubelet: its conditions carry the generation it acted on
+            ours = [{**cond, "observedGeneration": generation} for cond in ours]
+            scheduled = {**scheduled, "observedGeneration": generation}
         status: Json = {
             "phase": phase,
-            "conditions": merge_conditions(
-                self.pod.get("status", {}).get("conditions"), ours, self.book.make("PodScheduled", True, now)
-            ),
+            "conditions": merge_conditions(self.pod.get("status", {}).get("conditions"), ours, scheduled),
             "hostIP": "127.0.0.1",
             "hostIPs": [{"ip": "127.0.0.1"}],
             "podIP": self.pod_ip,
@@ -341,7 +344,6 @@ class PodRuntime:
         }
         if self.init:
             status["initContainerStatuses"] = [c.to_status() for c in self.init]
-        generation = self.pod["metadata"].get("generation")
         if generation is not None:
             status["observedGeneration"] = generation
         return status

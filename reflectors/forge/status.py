@@ -137,30 +137,37 @@ def _observe_generation(status: KubeObj, local_pod: ReadObj, remote_pod: ReadObj
     """``observedGeneration``, of the status and of the kubelet's conditions, in the local pod's terms, as a
     1.34+ kubelet reports the generation it acted on: the pool pod's own generation means nothing at home.
 
-    The local generation once the pool's kubelet has caught up with its pod (its observedGeneration reaches
-    the pool pod's generation, or it reports none: an older kubelet); before that, what the local pod said.
+    Only where the pool's kubelet reports one (an older kubelet reports none, and none is made up: the
+    status then is what Liqo's VK writes too, so neither rewrites the other's after a switch). The local
+    generation once the pool's kubelet has caught up with its pod (its observedGeneration reaches the pool
+    pod's generation), before that what the local pod said.
     """
+    kubelet_conditions = [
+        cond
+        for cond in status.get("conditions") or ()
+        if cond.get("type") in KUBELET_CONDITIONS and "observedGeneration" in cond
+    ]
     local_gen = (local_pod.get("metadata") or {}).get("generation")
     if not isinstance(local_gen, int):
         status.pop("observedGeneration", None)
-        for cond in status.get("conditions") or ():
-            if cond.get("type") in KUBELET_CONDITIONS:
-                cond.pop("observedGeneration", None)
+        for cond in kubelet_conditions:
+            cond.pop("observedGeneration", None)
         return
     remote_gen = (remote_pod.get("metadata") or {}).get("generation")
     remote_seen = status_of(remote_pod).get("observedGeneration")
-    caught_up = (
-        not isinstance(remote_seen, int) or not isinstance(remote_gen, int) or remote_seen >= remote_gen
+    caught_up = isinstance(remote_seen, int) and (
+        not isinstance(remote_gen, int) or remote_seen >= remote_gen
     )
     local_status = status_of(local_pod)
     before = {
         cond.get("type"): cond.get("observedGeneration") for cond in local_status.get("conditions") or ()
     }
-    observed = local_gen if caught_up else local_status.get("observedGeneration")
-    _set_or_drop(status, "observedGeneration", observed)
-    for cond in status.get("conditions") or ():
-        if cond.get("type") in KUBELET_CONDITIONS:
-            _set_or_drop(cond, "observedGeneration", local_gen if caught_up else before.get(cond.get("type")))
+    if "observedGeneration" in status:
+        _set_or_drop(
+            status, "observedGeneration", local_gen if caught_up else local_status.get("observedGeneration")
+        )
+    for cond in kubelet_conditions:
+        _set_or_drop(cond, "observedGeneration", local_gen if caught_up else before.get(cond.get("type")))
 
 
 def _set_or_drop(obj: KubeObj, key: str, value: Any) -> None:

@@ -65,8 +65,21 @@ def test_while_the_pool_kubelet_has_not_caught_up_the_local_pod_keeps_what_it_sa
     assert "observedGeneration" not in next(c for c in status["conditions"] if c["type"] == "PodScheduled")
 
 
-def test_an_older_pool_kubelet_that_reports_no_generation_counts_as_caught_up() -> None:
-    assert forged(local(2), remote(gen=1, seen=None))["observedGeneration"] == 2
+def test_an_older_pool_kubelet_that_reports_no_generation_gets_none_made_up() -> None:
+    status = forged(local(2), remote(gen=1, seen=None))
+    assert "observedGeneration" not in status
+    assert all("observedGeneration" not in c for c in status["conditions"])
+
+
+def test_conditions_the_pool_reports_without_a_generation_stay_without_one() -> None:
+    """What Liqo's VK writes too: a condition with a made-up generation made Liqo's VK rewrite every pod's
+    status after a switch back (the server then kept the old value: a write that changed nothing)."""
+    pool = remote(gen=1, seen=1)
+    for c in pool["status"]["conditions"]:
+        del c["observedGeneration"]
+    status = forged(local(1), pool)
+    assert status["observedGeneration"] == 1
+    assert all("observedGeneration" not in c for c in status["conditions"])
 
 
 def test_a_local_pod_without_a_generation_gets_none_of_the_pools() -> None:
