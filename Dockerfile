@@ -19,11 +19,12 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
-# Dependencies come as binary wheels (manylinux); only vkbridge itself (pure Python) is built here.
-# First from pyproject.toml alone (a package-less vkbridge wheel plus every dependency), so a change to
-# the source reuses this layer; then the real vkbridge wheel replaces the empty one.
-COPY pyproject.toml README.md ./
-RUN python3 -m pip wheel --wheel-dir /wheels --prefer-binary .
+# Dependencies come as binary wheels (manylinux), exactly those of requirements/image.txt, each checked
+# against the sha256 recorded there (--require-hashes; `bash hack/lock.sh` regenerates it): a layer of its
+# own, so a change to the source reuses it. Then vkbridge itself (pure Python), without dependencies.
+COPY requirements/image.txt requirements/image.txt
+RUN python3 -m pip wheel --wheel-dir /wheels --prefer-binary --require-hashes -r requirements/image.txt
+COPY pyproject.toml README.md LICENSE ./
 COPY vkbridge/ vkbridge/
 COPY reflectors/ reflectors/
 RUN python3 -m pip wheel --wheel-dir /wheels --no-deps . && rm -rf build

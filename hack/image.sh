@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the vkbridge image from the Dockerfile and print its ID and size.
 #
-#   bash hack/image.sh [--tag vkbridge:dev] [--save FILE.tar] [--base IMAGE]
+#   bash hack/image.sh [--tag vkbridge:dev] [--save FILE.tar] [--sbom FILE.cdx.json] [--base IMAGE]
 #
 # Base image: --base (or $PYTHON_IMAGE) if given; otherwise python:3.11-slim when it is present or can be
 # pulled, else a Debian bookworm base made from Debian's packages with debootstrap (cached in
@@ -13,6 +13,8 @@
 # $VKBRIDGE_CACHE/docker, kept so a warm run reuses the dependency layer; with vfs every layer is a full
 # copy, so the build cache is pruned to the last build's records after each run (about 2-3 GB on disk).
 # --save writes `docker save` output, which `ctr -n k8s.io images import FILE` loads into containerd.
+# --sbom writes a CycloneDX SBOM of the built image, read from its files (hack/sbom.py: Debian packages
+# and Python distributions, with requirements/image.txt's hashes).
 # Checks before it prints: the image runs `--help`, `version` and `doctor --help` with a read-only root,
 # as uid 65532, without a network.
 set -euo pipefail
@@ -21,6 +23,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${VKBRIDGE_CACHE:-$HOME/.cache/vkbridge}
 TAG=vkbridge:dev
 SAVE=""
+SBOM=""
 BASE=${PYTHON_IMAGE:-}
 PUBLIC_BASE=python:3.11-slim
 SUITE=bookworm
@@ -31,6 +34,7 @@ while (($#)); do
     case $1 in
         --tag) TAG=$2; shift 2 ;;
         --save) SAVE=$(realpath -m "$2"); shift 2 ;;
+        --sbom) SBOM=$(realpath -m "$2"); shift 2 ;;
         --base) BASE=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "image.sh: unknown argument $1" >&2; exit 2 ;;
@@ -186,6 +190,17 @@ if [[ -n $SAVE ]]; then
 fi
 
 ID=$($DOCKER image inspect -f '{{.Id}}' "$TAG")
+if [[ -n $SBOM ]]; then
+    mkdir -p "$(dirname "$SBOM")"
+    cid=$($DOCKER create "$TAG")
+    if $DOCKER export "$cid" | python3 "$ROOT/hack/sbom.py" --image "$TAG@$ID" >"$SBOM.tmp"; then
+        mv "$SBOM.tmp" "$SBOM"
+        $DOCKER rm "$cid" >/dev/null
+        say "SBOM of $TAG in $SBOM ($(grep -c '"purl"' "$SBOM") components)"
+    else
+        $DOCKER rm "$cid" >/dev/null; rm -f "$SBOM.tmp"; say "the SBOM could not be made"; exit 1
+    fi
+fi
 SIZE=$($DOCKER image inspect -f '{{.Size}}' "$TAG")
 BASE_SIZE=$($DOCKER image inspect -f '{{.Size}}' "$BASE")
 echo "image: $TAG"

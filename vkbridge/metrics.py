@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
-import platform
 from collections.abc import Mapping
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from prometheus_client import (
@@ -25,6 +22,7 @@ from prometheus_client import (
     ProcessCollector,
 )
 
+from vkbridge.buildinfo import build_info
 from vkbridge.kube.queuemetrics import QueueMetrics, QueueSinks
 
 _LIQO_LABELS = ("namespace", "reflector_resource", "cluster_id", "node_name")
@@ -40,7 +38,6 @@ QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, *POD_START_SLI_BUCK
 #: One handle is a few API calls, each bounded by the client timeout (60 s): finer, and no hours.
 WORK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: Set by the image (Dockerfile ARG REVISION): the commit the running build came from.
-REVISION_ENV = "VKBRIDGE_REVISION"
 
 
 def seconds_until(not_after: dt.datetime | None, now: dt.datetime | None = None) -> float:
@@ -60,15 +57,6 @@ def node_ready(node: Mapping[str, Any] | None) -> float:
     return float(any(ready))
 
 
-def _version() -> str:
-    try:
-        return version("vkbridge")
-    except PackageNotFoundError:
-        from vkbridge import __version__
-
-        return __version__
-
-
 class Metrics:
     """Every metric vkbridge exports, bound to one registry."""
 
@@ -86,9 +74,8 @@ class Metrics:
             ["version", "revision", "python_version"],
             registry=r,
         )
-        self.build_info.labels(
-            _version(), os.environ.get(REVISION_ENV) or "unknown", platform.python_version()
-        ).set(1)
+        info = build_info()
+        self.build_info.labels(info.version, info.revision, info.python).set(1)
         # Liqo's Go client exposes these two without a `_total` suffix; prometheus_client would add one
         # to a Counter, so they are gauges that only ever go up: dashboards built for Liqo keep working.
         self.reflection_items = Gauge(

@@ -21,7 +21,9 @@ Set VKBRIDGE_IMAGE_TAR to a ``hack/image.sh --save`` tarball to skip the build.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -80,14 +82,31 @@ def image_tar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
         yield Path(given), 0.0
         return
     out = tmp_path_factory.mktemp("image") / "vkbridge-image.tar"
+    sbom = out.with_name("sbom.cdx.json")
     t = time.monotonic()
-    res = subprocess.run(["bash", str(REPO / "hack/image.sh"), "--save", str(out)],
+    res = subprocess.run(["bash", str(REPO / "hack/image.sh"), "--save", str(out), "--sbom", str(sbom)],
                          capture_output=True, text=True, timeout=1200)  # fmt: skip
     if res.returncode != 0:
         tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
         pytest.skip(f"the vkbridge image cannot be built here (hack/image.sh exit {res.returncode}: {tail})")
+    assert_sbom_lists_the_image(sbom)
     yield out, time.monotonic() - t
     out.unlink(missing_ok=True)
+
+
+def assert_sbom_lists_the_image(path: Path) -> None:
+    """Issue 36 point 8: CI makes a CycloneDX SBOM of the image it tests, from the image's own files: every
+    pinned dependency at its pinned version with its hashes, vkbridge itself, the base's python3."""
+    bom = json.loads(path.read_text())
+    assert bom["bomFormat"] == "CycloneDX" and bom["specVersion"] == "1.5"
+    purls = {c["purl"]: c for c in bom["components"]}
+    lock = (REPO / "requirements" / "image.txt").read_text().replace("\\\n", " ")
+    for name, version in re.findall(r"^([a-z0-9._-]+)==(\S+)", lock, re.M):
+        comp = purls.get(f"pkg:pypi/{name}@{version}")
+        assert comp is not None and comp.get("hashes"), f"{name}=={version} missing from the SBOM"
+    assert any(p.startswith("pkg:pypi/vkbridge@") for p in purls), "vkbridge itself missing from the SBOM"
+    assert any(p.startswith("pkg:deb/debian/python3") for p in purls), "the base's Debian packages missing"
+    print(f"SBOM: {len(purls)} components ({path})")
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from vkbridge.cli import FLAGS, build_parser
+from vkbridge.cli import FLAGS, VERSION_FLAGS, build_parser
 from vkbridge.metrics import Metrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -240,7 +240,7 @@ def in_code(message: str) -> bool:
 
 
 def _flag_names() -> set[str]:
-    return {spec.flag for spec in FLAGS} | {"--v", "-v", "--help"}
+    return {spec.flag for spec in FLAGS} | {"--v", "-v", "--help", *VERSION_FLAGS}
 
 
 def _covered(flag: str, documented: set[str]) -> bool:

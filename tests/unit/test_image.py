@@ -47,8 +47,44 @@ def test_final_stage_labels_its_real_base() -> None:
 
 def test_dependency_layer_is_cached_apart_from_the_source() -> None:
     builder = _stages()[0]
-    deps = builder.index("pip wheel --wheel-dir /wheels --prefer-binary .")
+    deps = builder.index(
+        "pip wheel --wheel-dir /wheels --prefer-binary --require-hashes -r requirements/image.txt"
+    )
     assert builder.index("COPY vkbridge/") > deps and "--no-deps" in builder[deps:]
+    assert builder.index("COPY requirements/image.txt") < deps < builder.index("COPY pyproject.toml")
+
+
+def _pins() -> dict[str, tuple[str, list[str]]]:
+    """requirements/image.txt: name -> (version, sha256 hashes)."""
+    text = (REPO / "requirements" / "image.txt").read_text().replace("\\\n", " ")
+    pins: dict[str, tuple[str, list[str]]] = {}
+    for line in text.splitlines():
+        if m := re.match(r"^([A-Za-z0-9._-]+)==(\S+)\s+(.*)$", line):
+            pins[m[1].lower().replace("_", "-")] = (m[2], re.findall(r"--hash=sha256:([0-9a-f]{64})", m[3]))
+    return pins
+
+
+def test_every_runtime_dependency_is_pinned_with_hashes_in_the_image_lock() -> None:
+    """Issue 36 point 8: the image installs exactly the reviewed versions, each file checked by hash."""
+    from packaging.requirements import Requirement
+
+    pins = _pins()
+    assert pins, "requirements/image.txt pins nothing"
+    assert all(hashes for _, hashes in pins.values()), [n for n, (_, h) in pins.items() if not h]
+    for dep in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]:
+        req = Requirement(dep)
+        name = req.name.lower().replace("_", "-")
+        assert name in pins, f"{name} is a dependency but requirements/image.txt does not pin it"
+        assert req.specifier.contains(pins[name][0]), f"{name}=={pins[name][0]} does not satisfy {dep}"
+
+
+def test_the_build_context_holds_the_lock_and_the_license() -> None:
+    allowed = (REPO / ".dockerignore").read_text().splitlines()
+    assert "!requirements/image.txt" in allowed and "!LICENSE" in allowed
+    assert "Apache License" in (REPO / "LICENSE").read_text()[:200]
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["license"] == {
+        "text": "Apache-2.0"
+    }
 
 
 def _imported_top_level() -> set[str]:

@@ -9,7 +9,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from vkbridge import __version__
-from vkbridge.metrics import REVISION_ENV, Metrics, node_ready, seconds_until
+from vkbridge.buildinfo import REVISION_ENV, revision
+from vkbridge.metrics import Metrics, node_ready, seconds_until
 
 
 def test_registry_has_process_and_platform_collectors() -> None:
@@ -39,7 +40,7 @@ def test_build_info_names_version_and_revision(monkeypatch: pytest.MonkeyPatch) 
         "vkbridge_build_info",
         {
             "version": __version__,
-            "revision": "unknown",
+            "revision": revision(),  # the checkout's HEAD, read from its files
             "python_version": samples[0].labels["python_version"],
         },
     )

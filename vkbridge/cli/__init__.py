@@ -45,6 +45,7 @@ __all__ = [
     "FLAGS_BY_NAME",
     "IGNORED_FLAGS",
     "UNIMPLEMENTED_FLAGS",
+    "VERSION_FLAGS",
     "FlagSpec",
     "UsageError",
     "build_parser",
@@ -54,17 +55,28 @@ __all__ = [
 
 log = get_logger("vkbridge.cli")
 _COMMANDS: Final = ("run", "doctor", "version")
+VERSION_FLAGS: Final = ("--output", "-o")  # of `vkbridge version` only
 
 
-def _version() -> str:
-    try:
-        from importlib.metadata import PackageNotFoundError, version
+def _version_command(args: Sequence[str]) -> int:
+    """`vkbridge version [--output=json]`: one line, or one JSON object (version, revision, Python)."""
+    from vkbridge.buildinfo import build_info
 
-        return version("vkbridge")
-    except PackageNotFoundError:
-        from vkbridge import __version__
-
-        return __version__
+    output = "text"
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg in ("-o", "--output") and rest:
+            output = rest.pop(0)
+        elif arg.startswith("--output=") or (arg.startswith("-o") and len(arg) > 2):
+            output = arg.split("=", 1)[1] if arg.startswith("--output=") else arg[2:].lstrip("=")
+        else:
+            raise UsageError(f"unexpected argument {json.dumps(arg)}")
+    if output not in ("text", "json"):
+        raise UsageError(f'invalid argument {json.dumps(output)} for "--output": text or json')
+    info = build_info()
+    sys.stdout.write((json.dumps(info.as_dict()) if output == "json" else info.line()) + "\n")
+    return 0
 
 
 def _run(command: str, settings: Settings) -> int:
@@ -88,10 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command, args = "version", args[1:]
     try:
         if command == "version":
-            if args:
-                raise UsageError(f"unexpected argument {json.dumps(args[0])}")
-            sys.stdout.write(f"{PROG} {_version()}\n")
-            return 0
+            return _version_command(args)
         settings = parse_args(args, command=command)
     except HelpRequested:
         sys.stdout.write(build_parser(command).format_help())
