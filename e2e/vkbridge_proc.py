@@ -60,6 +60,7 @@ class VkbridgeOptions:
             f"--certificate-type={self.certificate_type}",
             "--metrics-enabled=true",
             f"--metrics-address=127.0.0.1:{self.metrics_port}",
+            f"--health-probe-bind-address=127.0.0.1:{self.metrics_port}",  # the same server
             f"--node-lease-duration={self.lease_duration}",
             f"--node-ping-interval={self.ping_interval}",
             f"--node-ping-timeout={self.ping_timeout}",

@@ -14,7 +14,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Final
 
 from reflectors.context import ReflectionContext
@@ -72,6 +72,7 @@ SHUTDOWN_GRACE_SECONDS = 4.0
 START_RETRY_BASE: Final = 1.0
 START_RETRY_CAP: Final = 30.0
 START_WARN_INTERVAL: Final = 30.0
+WAITING_FOR_LEADERSHIP: Final = "waiting for leadership"
 
 
 def retryable_at_start(err: ApiError) -> bool:
@@ -150,20 +151,47 @@ class VirtualKubelet:
         self.tasks = TaskWatch()
         self.livez = HealthChecks("livez", failure_status=500)
         self.readyz = HealthChecks("readyz")
+        self.leaderz = HealthChecks("leaderz")
         self._add_checks()
 
     def _add_checks(self) -> None:
-        """Liveness: this process works (loop, tasks). Readiness adds: it leads, has started, its caches
-        are synced and it can serve the kubelet API. The pool is in neither: a hibernating pool is normal
-        operation and its Node already says NotReady; a restart or an unready pod would not wake it."""
+        """Liveness: this process works (loop, tasks). Readiness: it can serve. A standby can once it has
+        reached the consumer API and waits for the Lease; the leader once it has started, its caches are
+        synced, the pool's reachability is known (reachable, or knowingly lost: a hibernating pool is
+        normal operation, its Node already says NotReady) and it has a kubelet serving certificate.
+        Leadership is /leaderz, never a condition of readiness: with it, a RollingUpdate under a
+        readiness probe waited for ever (the new pod for the Lease the old, Ready, pod held)."""
         for checks in (self.livez, self.readyz):
             checks.add("ping", lambda: None)
             checks.add("event-loop", self.watchdog.check)
             checks.add("tasks", self.tasks.check)
-        self.readyz.add("leader", self._leader_check)
-        self.readyz.add("started", lambda: None if self.ready.is_set() else f"starting: {self.phase}")
-        self.readyz.add("caches", self._caches_check)
-        self.readyz.add("serving-certificate", self._serving_check)
+        self.readyz.add("consumer-api", self._consumer_check)
+        self.readyz.add("started", self._started_check)
+        self.readyz.add("caches", self._leading_only(self._caches_check))
+        self.readyz.add("pool", self._leading_only(self._pool_check))
+        self.readyz.add("serving-certificate", self._leading_only(self._serving_check))
+        self.leaderz.add("leader", self._leader_check)
+        self.metrics.leader.set_function(lambda: float(self._leader_check() is None))
+
+    def _standby(self) -> bool:
+        """Waiting for the leader Lease, with everything a leader needs before it (the consumer API)."""
+        return self.elector is not None and not self.elector.is_leader and not self.ready.is_set()
+
+    def _leading_only(self, check: Callable[[], str | None]) -> Callable[[], str | None]:
+        return lambda: None if self._standby() else check()
+
+    def _consumer_check(self) -> str | None:
+        return None if self.home is not None else f"not connected: {self.phase}"
+
+    def _started_check(self) -> str | None:
+        if self.ready.is_set() or (self._standby() and self.phase == WAITING_FOR_LEADERSHIP):
+            return None
+        return f"starting: {self.phase}"
+
+    def _pool_check(self) -> str | None:
+        if self.reach.state is PoolState.UNKNOWN:
+            return "the pool's reachability is not known yet (first check pending)"
+        return None
 
     def _leader_check(self) -> str | None:
         if not self.settings.vk_lease_enabled:
@@ -188,35 +216,62 @@ class VirtualKubelet:
             return f"no kubelet serving certificate yet ({self.settings.certificate_type})"
         return None
 
-    def _probe_server(self) -> MetricsServer | None:
-        if not self.settings.metrics_enabled:
-            return None
-        host, port = split_address(self.settings.metrics_address, 8082)
-        return MetricsServer(self.metrics, host, port, livez=self.livez, readyz=self.readyz)
+    def _probe_servers(self) -> list[tuple[str, MetricsServer]]:
+        """(flag, server): the metrics port (with --metrics-enabled) and the health port (unless "0"),
+        one server when both name the same address."""
+        s = self.settings
+        servers: list[tuple[str, MetricsServer]] = []
+        metrics_at = split_address(s.metrics_address, 8082) if s.metrics_enabled else None
+        if metrics_at is not None:
+            servers.append(("--metrics-address", self._probe_server(metrics_at, serve_metrics=True)))
+        if s.health_probe_bind_address != "0":
+            health_at = split_address(s.health_probe_bind_address, 8081)
+            if health_at != metrics_at:
+                servers.append(
+                    ("--health-probe-bind-address", self._probe_server(health_at, serve_metrics=False))
+                )
+        return servers
+
+    def _probe_server(self, at: tuple[str, int], *, serve_metrics: bool) -> MetricsServer:
+        host, port = at
+        return MetricsServer(
+            self.metrics, host, port, livez=self.livez, readyz=self.readyz, leaderz=self.leaderz,
+            serve_metrics=serve_metrics,
+        )  # fmt: skip
 
     async def run(self) -> None:
         """Serve the probes from the first moment (a standby must answer its liveness probe), then work."""
-        probes = self._probe_server()
+        servers = self._probe_servers()
+        started: list[MetricsServer] = []
         watchdog = asyncio.create_task(self.watchdog.run(), name="loop-watchdog")
         self.tasks.add(watchdog)
         try:
-            if probes is not None:
+            for flag, server in servers:
                 try:
-                    await probes.start()
+                    await server.start()
                 except OSError as err:
-                    raise StartupError(f"cannot listen on --metrics-address: {err}") from None
+                    raise StartupError(f"cannot listen on {flag}: {err}") from None
+                started.append(server)
             await self._run()
         finally:
             watchdog.cancel()
-            if probes is not None:
-                await probes.stop()
+            for server in started:
+                await server.stop()
+
+    def _client_metrics(self) -> dict[str, Any]:
+        m = self.metrics
+        return {
+            "request_counter": m.api_requests,
+            "request_latency": m.api_request_duration,
+            "throttle_wait": m.api_throttle_wait,
+        }
 
     async def _connect(self) -> tuple[KubeClient, KubeClient, str]:
         s = self.settings
         try:
             home = KubeClient(
                 await asyncio.to_thread(home_credentials, s), qps=s.client_qps, burst=s.client_max_burst,
-                timeout=s.client_timeout or None, name="consumer", request_counter=self.metrics.api_requests,
+                timeout=s.client_timeout or None, name="consumer", **self._client_metrics(),
             )  # fmt: skip
         except KubeconfigError as err:
             raise StartupError(f"cannot use the consumer kubeconfig: {err}") from None
@@ -227,7 +282,7 @@ class VirtualKubelet:
             raise
         pool = KubeClient(
             pool_creds, qps=s.client_qps, burst=s.client_max_burst,
-            timeout=s.client_timeout or None, name="pool", request_counter=self.metrics.api_requests,
+            timeout=s.client_timeout or None, name="pool", **self._client_metrics(),
         )  # fmt: skip
         log.info("pool credential loaded", server=pool_creds.server, **describe(pool_creds))
         return home, pool, str(version.get("gitVersion") or "v1.36.0")
@@ -409,7 +464,7 @@ class VirtualKubelet:
 
         try:
             if elector is not None:
-                self.phase = "waiting for leadership"
+                self.phase = WAITING_FOR_LEADERSHIP
                 await elector.acquire()
             self.serving = serving
             self.caches = [node_cache, vn_cache, rs_cache, secret_cache]

@@ -57,6 +57,19 @@ def node_ready(node: Mapping[str, Any] | None) -> float:
     return float(any(ready))
 
 
+# client-go's request-latency buckets (k8s.io/client-go/tools/metrics, as kube components export them).
+CLIENT_BUCKETS: tuple[float, ...] = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+KUBELET_API_PATHS: frozenset[str] = frozenset(
+    {"containerLogs", "exec", "attach", "portForward", "pods", "runningpods", "stats", "metrics", "healthz"}
+)
+
+
+def kubelet_api_path(path: str) -> str:
+    """The bounded ``path`` label of a kubelet API request: its first segment, or ``other``."""
+    first = path.lstrip("/").split("/", 1)[0].split("?", 1)[0]
+    return first if first in KUBELET_API_PATHS else "other"
+
+
 class Metrics:
     """Every metric vkbridge exports, bound to one registry."""
 
@@ -156,6 +169,34 @@ class Metrics:
             "API requests by client (consumer, pool), verb, resource[/subresource] and HTTP status "
             "('error': no HTTP answer). A watch counts once, when opened.",
             ["server", "verb", "resource", "code"],
+            registry=r,
+        )
+        self.api_request_duration = Histogram(
+            "vkbridge_api_request_duration_seconds",
+            "API request duration by client and verb, until the body is read (a watch or a stream: until "
+            "its headers); client-go's rest_client_request_duration_seconds.",
+            ["server", "verb"],
+            buckets=CLIENT_BUCKETS,
+            registry=r,
+        )
+        self.api_throttle_wait = Histogram(
+            "vkbridge_api_rate_limiter_wait_seconds",
+            "Time a request waited for the client-side rate limiter (--client-qps, --client-max-burst); "
+            "client-go's rest_client_rate_limiter_duration_seconds.",
+            ["server"],
+            buckets=CLIENT_BUCKETS,
+            registry=r,
+        )
+        self.leader = Gauge(
+            "vkbridge_leader",
+            "1 while this replica holds the leader Lease (always, with --vk-lease-enabled=false), else 0.",
+            registry=r,
+        )
+        self.kubelet_api_requests = Counter(
+            "vkbridge_kubelet_api_requests_total",
+            "Requests to the kubelet API (--listen-port) by path (its first segment: containerLogs, exec, "
+            "attach, portForward, pods, runningpods, stats, metrics, healthz; 'other') and HTTP status.",
+            ["path", "code"],
             registry=r,
         )
 

@@ -88,6 +88,7 @@ class Settings:
     # Observability.
     metrics_enabled: bool = False
     metrics_address: str = ":8082"
+    health_probe_bind_address: str = ":8081"  # vkbridge's own: /livez, /readyz, /leaderz; "0" disables
     enable_profiling: bool = False
 
     # Accepted for Liqo compatibility, not implemented (see cli.UNIMPLEMENTED_FLAGS).

@@ -25,7 +25,10 @@ import json
 import os
 import re
 import subprocess
+import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -303,3 +306,112 @@ def check_vkbridge_pod(consumer: ControlPlane, pool: ControlPlane, bundle: Bundl
     assert res.stdout.split() == ["65532", "read-only", "0"]  # non-root; read-only root; keys not on /tmp
     restarts = vk_pod["status"]["containerStatuses"][0]["restartCount"]
     assert restarts == 0, "the liveness probe restarted vkbridge"
+
+
+def leaders(consumer: ControlPlane, ns: str, selector: str) -> dict[str, int | None]:
+    """/leaderz of every Running vkbridge pod, straight to its pod IP (the host routes the CNI subnet)."""
+    status, body = consumer.api("GET", f"{pod_path(ns)}?labelSelector={selector}")
+    out: dict[str, int | None] = {}
+    for pod in body.get("items") or [] if status == 200 else []:
+        ip = (pod.get("status") or {}).get("podIP")
+        if not ip or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        try:
+            with urllib.request.urlopen(f"http://{ip}:8081/leaderz", timeout=3) as resp:
+                out[pod["metadata"]["name"]] = resp.status
+        except urllib.error.HTTPError as err:
+            out[pod["metadata"]["name"]] = err.code
+        except OSError:
+            out[pod["metadata"]["name"]] = None
+    return out
+
+
+def ready_pods(consumer: ControlPlane, ns: str, selector: str) -> list[str]:
+    status, body = consumer.api("GET", f"{pod_path(ns)}?labelSelector={selector}")
+    return [
+        p["metadata"]["name"]
+        for p in body.get("items") or [] if status == 200
+        if not p["metadata"].get("deletionTimestamp")
+        and any(c.get("type") == "Ready" and c.get("status") == "True" for c in p["status"].get("conditions") or [])
+    ]  # fmt: skip
+
+
+class LeaderWatch(threading.Thread):
+    """Samples every pod's /leaderz twice a second: two 200s in one sample would be two leaders."""
+
+    def __init__(self, consumer: ControlPlane, ns: str, selector: str) -> None:
+        super().__init__(name="leader-watch", daemon=True)
+        self.args = (consumer, ns, selector)
+        self.samples: list[dict[str, int | None]] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self.samples.append(leaders(*self.args))
+            self._halt.wait(0.5)
+
+    def stop(self) -> list[dict[str, int | None]]:
+        self._halt.set()
+        if self.ident is not None:  # started
+            self.join(15)
+        return self.samples
+
+
+def test_rolling_updates_of_1_and_2_replicas_under_readiness_probes_finish_with_one_leader(
+    consumer: ControlPlane, pool: ControlPlane, bundle: Bundle, pod_testbed: PodTestbed,
+    consumer_worker: RealWorkers,
+) -> None:  # fmt: skip
+    """Issue 36 point 3: deploy/deployment.yaml (RollingUpdate, one surge pod, readiness on /readyz) rolls
+    with 1 and with 2 replicas: the new pod is a Ready standby, the old one releases the Lease, the
+    rollout completes; at no sample do two pods answer /leaderz 200, and the Node is Ready at the end.
+    Before, a standby was unready and the rollout waited for ever for the Lease the old pod held."""
+    ns, slug = bundle.tenant_ns, bundle.slug
+    selector = f"liqo.io/virtual-node={slug}"
+    deployment = f"deployment/vk-{slug}"
+    manifests = rendered_manifests(bundle, pod_testbed)
+    applied = kubectl(consumer, "apply", "-f", "-", input=manifests)
+    assert applied.returncode == 0, applied.stderr
+    watch = LeaderWatch(consumer, ns, selector)
+    figures: dict[str, float] = {}
+    try:
+        wait_until(lambda: ready_pods(consumer, ns, selector), 180, "the vkbridge pod Ready", 0.5)
+        wait_until(lambda: node_ready(consumer, slug), 60, "the virtual node Ready", 0.5)
+        watch.start()
+        for replicas in (1, 2):
+            if replicas == 2:
+                scaled = kubectl(consumer, "-n", ns, "scale", deployment, "--replicas=2")
+                assert scaled.returncode == 0, scaled.stderr
+                wait_until(lambda: len(ready_pods(consumer, ns, selector)) == 2, 120, "2 Ready replicas", 0.5)
+            before = set(ready_pods(consumer, ns, selector))
+            t = time.monotonic()
+            restarted = kubectl(consumer, "-n", ns, "rollout", "restart", deployment)
+            assert restarted.returncode == 0, restarted.stderr
+            done = kubectl(consumer, "-n", ns, "rollout", "status", deployment, "--timeout=240s", timeout=260)
+            assert done.returncode == 0, (
+                f"the {replicas}-replica rollout did not finish: {done.stdout}{done.stderr}"
+            )
+            figures[f"rollout of {replicas} replica(s) s"] = time.monotonic() - t
+            after = set(ready_pods(consumer, ns, selector))
+            assert len(after) == replicas and not after & before, (before, after)
+            led = wait_until(
+                lambda: (lz := leaders(consumer, ns, selector)) and [n for n, s in lz.items() if s == 200], 60,
+                "one of the new pods to lead", 0.5,
+            )  # fmt: skip
+            assert len(led) == 1 and led[0] in after, (led, after)
+            assert _fresh_lease_holder(consumer, bundle) == led[0]
+            wait_until(
+                lambda: node_ready(consumer, slug), 60, "the virtual node Ready after the rollout", 0.5
+            )
+        samples = watch.stop()
+        two = [s for s in samples if sum(1 for v in s.values() if v == 200) > 1]
+        figures["leader samples"] = len(samples)
+        assert samples and not two, f"two leaders at once: {two[:3]}"
+    except BaseException:
+        print(kubectl(consumer, "-n", ns, "get", "pods,rs", "-o", "wide").stdout)
+        print(kubectl(consumer, "logs", "-n", ns, "-l", selector, "--tail=60", "--prefix").stdout)
+        raise
+    finally:
+        watch.stop()
+        print("\nrollout figures: " + ", ".join(f"{k}={v:.1f}" for k, v in figures.items()))
+        deleted = kubectl(consumer, "delete", "-f", "-", "--wait=true", input=manifests, timeout=120)
+        assert deleted.returncode == 0, deleted.stderr

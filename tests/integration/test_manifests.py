@@ -153,7 +153,11 @@ def test_deployment_is_hardened_as_documented() -> None:
     pod = dep["spec"]["template"]["spec"]
     (ctr,) = pod["containers"]
     assert dep["metadata"]["name"] == f"vk-{slug}" and dep["metadata"]["namespace"] == f"liqo-tenant-{slug}"
-    assert dep["spec"]["strategy"]["type"] == "Recreate"  # no second process until leader election
+    # A standby is Ready (leadership is /leaderz): the new pod starts first and never waits for the old.
+    assert dep["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     assert pod["serviceAccountName"] == slug
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65532
     assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
@@ -166,9 +170,9 @@ def test_deployment_is_hardened_as_documented() -> None:
     assert env["HOME"]["value"] == env["TMPDIR"]["value"] == "/tmp"
     assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
-    assert ctr["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
-    assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
-    assert ports == {"kubelet": 10250, "metrics": 5872}
+    assert ctr["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "healthz"}
+    assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "healthz"}
+    assert ports == {"kubelet": 10250, "metrics": 5872, "healthz": 8081}
     assert ctr["resources"]["limits"]["memory"] and ctr["resources"]["requests"]["cpu"]
     assert pod["priorityClassName"] == "mc-virtual-kubelet-priority"
 

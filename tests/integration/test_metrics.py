@@ -95,3 +95,16 @@ def test_metrics_after_a_burst(
     assert not [ln for ln in samples if any(x in ln for x in (*offloaded_ns, *names))], "names in labels"
     days = value(text, "vkbridge_client_certificate_expiry_seconds") / 86400
     assert 300 < days < 366, f"certificate expiry {days:.0f} days"
+    # Issue 36 point 8: what operators chart beside the counts (client-go's names in brackets).
+    duration = "vkbridge_api_request_duration_seconds"  # rest_client_request_duration_seconds
+    assert value(text, f"{duration}_count", server="pool", verb="create") >= len(names)
+    assert value(text, f"{duration}_sum", server="pool", verb="create") > 0
+    waits = "vkbridge_api_rate_limiter_wait_seconds"  # rest_client_rate_limiter_duration_seconds
+    assert value(text, f"{waits}_count", server="consumer") >= created
+    assert value(text, "vkbridge_leader") == 1
+    # kubectl logs: kube-apiserver -> this node's kubelet API, counted by path and status
+    wait_until(
+        lambda: consumer.api("GET", f"{pod_path(ns, names[0])}/log")[0] == 200, 30, "a burst pod's logs"
+    )
+    after = scrape(vkbridge)
+    assert value(after, "vkbridge_kubelet_api_requests_total", path="containerLogs", code="200") >= 1

@@ -1,5 +1,7 @@
-"""Two replicas under the shipped probes' semantics: both alive throughout, only the leader ready; the
-standby is never killed by its liveness probe and becomes ready once the leader is SIGKILLed.
+"""Two replicas under the shipped probes' semantics: both alive and ready throughout, only the leader
+leads (/leaderz); the standby is never killed by its liveness probe, never unready, and leads once the
+leader is SIGKILLed. Readiness without leadership is what lets a RollingUpdate under a readiness probe
+finish (issue 36 point 3; before, the standby answered 503 and such a rollout waited for ever).
 
 The probes are those of deploy/deployment.yaml, polled more often than the kubelet does (every 0.5 s
 instead of 10 s / 5 s) with its timeout (3 s) and its success rule (200 <= status < 400); a liveness
@@ -69,6 +71,7 @@ class Answers:
 
     live: list[Answer] = field(default_factory=list)
     ready: list[Answer] = field(default_factory=list)
+    leader: list[Answer] = field(default_factory=list)
 
 
 class Prober(threading.Thread):
@@ -88,6 +91,7 @@ class Prober(threading.Thread):
             if answered:
                 self.answers.live.append((t, *live))
                 self.answers.ready.append((t, *probe(self.vk, "/readyz?verbose")))
+                self.answers.leader.append((t, *probe(self.vk, "/leaderz?verbose")))
             self._halt.wait(self.period)
 
     def stop(self) -> Answers:
@@ -96,7 +100,7 @@ class Prober(threading.Thread):
         return self.answers
 
 
-def test_standby_is_alive_not_ready_never_killed_and_ready_after_the_leader_dies(
+def test_standby_is_alive_and_ready_never_killed_and_leads_after_the_leader_dies(
     consumer: ControlPlane, bundle: Bundle, own_vkbridge: OwnVkbridge, figures: Figures
 ) -> None:
     slug = bundle.slug
@@ -111,24 +115,26 @@ def test_standby_is_alive_not_ready_never_killed_and_ready_after_the_leader_dies
     prober_b = Prober(b)
     prober_b.start()
     b.wait_for_log("waiting to be elected leader", 30)
-    status, body = probe(b, "/readyz?verbose")
+    status, body = probe(b, "/leaderz?verbose")
     assert status == 503, (status, body)
     assert f"[-]leader failed: standby: lease {bundle.tenant_ns}/{slug} held by {ids['a']}" in body, body
-    assert probe(b, "/readyz/leader")[0] == 503 and probe(b, "/livez")[:2] == (200, "ok")
+    wait_until(lambda: probe(b, "/readyz")[0] == 200, 30, "the standby ready (it can take over)")
+    assert probe(b, "/livez")[:2] == (200, "ok") and probe(a, "/leaderz")[:2] == (200, "ok")
 
     time.sleep(3 * 4)  # three lease durations with a standby polled by its probes
     # Taken before the SIGKILL: a probe begun after it (refused: the process is gone) is not the leader's
     # liveness failing; taken after kill() returned, such a probe counted as one (seen once in CI).
     t_kill = time.monotonic()
     a.kill()
-    wait_until(lambda: probe(b, "/readyz")[0] == 200, READY_AFTER_KILL_MAX_S, "the standby to become ready",
+    wait_until(lambda: probe(b, "/leaderz")[0] == 200, READY_AFTER_KILL_MAX_S, "the standby to lead",
                interval=0.2)  # fmt: skip
     t_ready = time.monotonic() - t_kill
+    wait_until(lambda: probe(b, "/readyz")[0] == 200, 30, "the new leader ready (its caches synced)")
     time.sleep(2)
     answers_a, answers_b = prober_a.stop(), prober_b.stop()
     kill_at = t_kill - prober_a.t0
 
-    figures.add("standby ready after the leader's SIGKILL", t_ready, "s")
+    figures.add("standby leading (/leaderz 200) after the leader's SIGKILL", t_ready, "s")
     figures.add("probes of the standby (live / ready)", f"{len(answers_b.live)} / {len(answers_b.ready)}")
     # A liveness answer that fails is a failed check, never allowed. A probe that got no answer (a reset
     # or a timeout on a loaded machine: seen once, a single reset, while CI ran two sessions side by side)
@@ -161,8 +167,14 @@ def test_standby_is_alive_not_ready_never_killed_and_ready_after_the_leader_dies
     first_ok = next(i for i, (_, s) in enumerate(ready_a) if s == 200)
     assert all(s == 200 for _, s in ready_a[first_ok:]), f"the leader went unready: {ready_a[first_ok:]}"
 
-    standby = [(s, text) for t, s, text in answers_b.ready if t < b_kill_at and s is not None]
+    # The standby: ready from its first 200 until the kill (while it takes over, its caches sync and it
+    # may answer 503 for those seconds: it cannot serve yet), and a standby on /leaderz until the kill.
+    ready_b = [(round(t, 1), s, text) for t, s, text in answers_b.ready if s is not None and t < b_kill_at]
+    first_b = next(i for i, (_, s, _) in enumerate(ready_b) if s == 200)
+    unready_b = [r for r in ready_b[first_b:] if r[1] != 200]
+    assert not unready_b, f"the standby went unready: {unready_b[:3]}"
+    standby = [(s, text) for t, s, text in answers_b.leader if t < b_kill_at and s is not None]
     assert standby and all(s == 503 and "[-]leader failed" in text for s, text in standby), standby[:3]
-    assert answers_b.ready[-1][1] == 200 and lease_holder(consumer, bundle) == ids["b"]
+    assert answers_b.leader[-1][1] == 200 and lease_holder(consumer, bundle) == ids["b"]
     assert t_ready <= READY_AFTER_KILL_MAX_S
     assert b.alive(), b.tail(40)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from vkbridge.kube.client import PODS, SHADOWPODS, classify
 from vkbridge.kube.requestmetrics import APPLY_PATCH, ERROR_CODE, Params, RequestMetrics, code_label
+from vkbridge.metrics import kubelet_api_path
 
 
 @pytest.mark.parametrize(
@@ -118,3 +119,50 @@ def test_each_label_set_is_looked_up_once_and_counts_every_request() -> None:
     assert reg.get_sample_value("t_requests_total", {**labels, "code": "409"}) == 1
     assert reg.get_sample_value("t_requests_total", {**labels, "verb": "watch", "resource": "pods",
                                                      "code": "error"}) == 3  # fmt: skip
+
+
+def test_durations_by_verb_and_rate_limiter_waits_by_server() -> None:
+    """Issue 36 point 8: client-go's request-duration and rate-limiter histograms, under our names."""
+    reg = CollectorRegistry()
+    counter = Counter("t_requests", "t", ["server", "verb", "resource", "code"], registry=reg)
+    latency = Histogram("t_duration_seconds", "t", ["server", "verb"], registry=reg, buckets=(0.1, 1.0))
+    waits = Histogram("t_wait_seconds", "t", ["server"], registry=reg, buckets=(0.1, 1.0))
+    pool = RequestMetrics(counter, "pool", latency, waits)
+    pool.observe(("create", "shadowpods"), 201, 0.05)
+    pool.observe(("create", "pods"), 201, 0.5)
+    pool.observe(("watch", "pods"), None, 2.0)
+    pool.observe(("get", "pods"), 200)  # no duration given: counted, not timed
+    pool.waited(0.0)
+    pool.waited(0.3)
+    RequestMetrics(counter, "off").waited(1.0)  # no histogram: a no-op
+
+    def sample(name: str, **labels: str) -> float | None:
+        return reg.get_sample_value(name, labels)
+
+    assert sample("t_duration_seconds_count", server="pool", verb="create") == 2
+    assert sample("t_duration_seconds_bucket", server="pool", verb="create", le="0.1") == 1
+    assert sample("t_duration_seconds_sum", server="pool", verb="create") == pytest.approx(0.55)
+    assert sample("t_duration_seconds_count", server="pool", verb="watch") == 1
+    assert sample("t_duration_seconds_count", server="pool", verb="get") is None
+    assert sample("t_wait_seconds_count", server="pool") == 2
+    assert sample("t_wait_seconds_bucket", server="pool", le="0.1") == 1
+    assert sample("t_requests_total", server="pool", verb="get", resource="pods", code="200") == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "label"),
+    [
+        ("/containerLogs/ns/pod/c", "containerLogs"),
+        ("/exec/ns/pod/c?command=sh", "exec"),
+        ("/portForward/ns/pod", "portForward"),
+        ("/stats/summary", "stats"),
+        ("/metrics/resource", "metrics"),
+        ("/runningpods/", "runningpods"),
+        ("/healthz", "healthz"),
+        ("/configz", "other"),
+        ("/ns-name-that-is-not-a-path/x", "other"),
+        ("", "other"),
+    ],
+)
+def test_kubelet_api_path_label_is_bounded(path: str, label: str) -> None:
+    assert kubelet_api_path(path) == label

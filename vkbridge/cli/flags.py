@@ -249,5 +249,10 @@ FLAGS: Final[tuple[FlagSpec, ...]] = (
     _f("cert-renew-fraction", "fraction", "renew the pool client certificate at this fraction of its life"),
     _f("node-status-interval", "duration", "interval of the unconditional Node status update"),
     _f("node-lease-renew-interval", "duration", "renew interval of the node Lease (default: its duration/4)"),
+    _f(
+        "health-probe-bind-address",
+        "string",
+        "address of /livez, /readyz, /leaderz, served even without --metrics-enabled ([host]:port; 0: off)",
+    ),
 )
 FLAGS_BY_NAME: Final[Mapping[str, FlagSpec]] = {spec.name: spec for spec in FLAGS}

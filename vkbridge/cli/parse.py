@@ -321,6 +321,12 @@ def _cross_check(values: Mapping[str, Any], last_raw: Mapping[str, tuple[str, st
             f"here {format_go_duration(get('vk_lease_renew_interval'))} "
             f"and {format_go_duration(get('vk_lease_retry_period'))}",
         )
+    health = values.get("health_probe_bind_address", _DEFAULTS.health_probe_bind_address)
+    if health != "0":
+        try:
+            check_host_port(health)
+        except ValueError as exc:
+            raise _invalid("--health-probe-bind-address", health, str(exc)) from None
     if values.get("metrics_enabled"):
         address = values.get("metrics_address", _DEFAULTS.metrics_address)
         try:

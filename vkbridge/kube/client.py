@@ -30,7 +30,7 @@ from vkbridge.kube.errors import is_transport_failure as is_transport_failure
 from vkbridge.kube.kubeconfig import Credentials, ssl_context
 from vkbridge.kube.ratelimit import TokenBucket
 from vkbridge.kube.requestmetrics import APPLY_PATCH as APPLY_PATCH
-from vkbridge.kube.requestmetrics import Params, RequestCounter, RequestMetrics
+from vkbridge.kube.requestmetrics import Params, RequestCounter, RequestHistogram, RequestMetrics
 from vkbridge.kube.requestmetrics import classify as classify
 from vkbridge.kube.resources import CERTIFICATESIGNINGREQUESTS as CERTIFICATESIGNINGREQUESTS
 from vkbridge.kube.resources import CONFIGMAPS as CONFIGMAPS
@@ -109,13 +109,14 @@ class _Flight:
     """One request on the wire, which ``KubeClient.abandon_inflight`` can end before its timeout; counted
     by (verb, resource) ``key`` and HTTP ``status`` (None: no answer) when it leaves the wire."""
 
-    __slots__ = ("abandoned", "deadline", "key", "status")
+    __slots__ = ("abandoned", "deadline", "key", "started", "status")
 
     def __init__(self, key: tuple[str, str]) -> None:
         self.deadline: asyncio.Timeout | None = None
         self.abandoned: str | None = None
         self.key = key
         self.status: int | None = None
+        self.started = time.monotonic()
 
 
 # ---------------------------------------------------------------------------------------------- client
@@ -134,9 +135,12 @@ class KubeClient(ResourceVerbs):
         name: str = "consumer",
         user_agent: str = "vkbridge/0.1.0",
         request_counter: RequestCounter | None = None,
+        request_latency: RequestHistogram | None = None,
+        throttle_wait: RequestHistogram | None = None,
     ) -> None:
         self.name = name
-        self.requests = RequestMetrics(request_counter, name)  # vkbridge_api_requests_total
+        # vkbridge_api_requests_total, _request_duration_seconds, _rate_limiter_wait_seconds
+        self.requests = RequestMetrics(request_counter, name, request_latency, throttle_wait)
         self.user_agent = user_agent
         self.timeout = DEFAULT_TIMEOUT if timeout is None else timeout
         self.stats: Counter[tuple[str, str]] = Counter()
@@ -304,7 +308,7 @@ class KubeClient(ResourceVerbs):
         method = method.upper()
         key = classify(method, path, params, content_type)
         self.stats[key] += 1
-        await self._limiter.acquire()
+        await self._throttled()
         req_session, _ = self._sessions()
         headers = await self._tokens.auth_headers()
         data: bytes | None = None
@@ -354,6 +358,12 @@ class KubeClient(ResourceVerbs):
             raise ApiError(status, "BadResponse", f"{method} {path}: response is not JSON") from None
         return out if isinstance(out, dict) else {"items": out}
 
+    async def _throttled(self) -> None:
+        """The client-side rate limiter (--client-qps/--client-max-burst), its wait measured."""
+        t0 = time.monotonic()
+        await self._limiter.acquire()
+        self.requests.waited(time.monotonic() - t0)
+
     @contextlib.asynccontextmanager
     async def _in_flight(self, session: aiohttp.ClientSession, flight: _Flight) -> AsyncIterator[None]:
         """Count a request on ``session`` (a credential swap closes an old session only once it is idle)
@@ -369,7 +379,7 @@ class KubeClient(ResourceVerbs):
             self._inflight[session] -= 1
             if self._inflight[session] <= 0:
                 del self._inflight[session]
-            self.requests.observe(flight.key, flight.status)
+            self.requests.observe(flight.key, flight.status, time.monotonic() - flight.started)
 
     async def ping(self, path: str, timeout: float) -> int:
         """GET ``path`` as a health probe; returns the HTTP status, raises ``TransportError``.
@@ -494,10 +504,11 @@ class KubeClient(ResourceVerbs):
         method = method.upper()
         key = classify(method, path, params)
         self.stats[key] += 1
-        await self._limiter.acquire()
+        await self._throttled()
         _, watch_session = self._sessions()
         headers = await self._tokens.auth_headers()
         tmo = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT, sock_read=timeout)
+        t0 = time.monotonic()
         try:
             resp = await watch_session.request(
                 method,
@@ -508,9 +519,9 @@ class KubeClient(ResourceVerbs):
                 **self._conn_kwargs(),
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            self.requests.observe(key, None)
+            self.requests.observe(key, None, time.monotonic() - t0)
             raise transport_error(method, path, exc) from exc
-        self.requests.observe(key, resp.status)
+        self.requests.observe(key, resp.status, time.monotonic() - t0)
         self._live_streams.add(resp)
         try:
             if resp.status >= 400:

@@ -1,5 +1,8 @@
 """What a request to the API is, for counting: verb and resource from method and path (pure), and the sink
-``KubeClient`` reports each request to once it has an answer (``vkbridge_api_requests_total``).
+``KubeClient`` reports each request to once it has an answer (``vkbridge_api_requests_total``), with its
+duration (``vkbridge_api_request_duration_seconds``, by verb) and its wait for the client's rate limiter
+(``vkbridge_api_rate_limiter_wait_seconds``): client-go's ``rest_client_request_duration_seconds`` and
+``rest_client_rate_limiter_duration_seconds``.
 
 Labels stay bounded: the resource is the plural from the path (``pods``, ``shadowpods``, ``leases``) with
 a subresource as ``pods/status``, never a name or namespace; a path outside ``/api`` and ``/apis`` keeps
@@ -17,6 +20,7 @@ __all__ = [
     "ERROR_CODE",
     "Params",
     "RequestCounter",
+    "RequestHistogram",
     "RequestMetrics",
     "classify",
     "code_label",
@@ -75,10 +79,20 @@ class _Child(Protocol):
     def inc(self, amount: float = 1) -> None: ...
 
 
+class _Observer(Protocol):
+    def observe(self, amount: float) -> None: ...
+
+
 class RequestCounter(Protocol):
     """What this needs of a prometheus_client ``Counter`` with labels (server, verb, resource, code)."""
 
     def labels(self, *values: str) -> _Child: ...
+
+
+class RequestHistogram(Protocol):
+    """What this needs of a prometheus_client ``Histogram`` with labels."""
+
+    def labels(self, *values: str) -> _Observer: ...
 
 
 class RequestMetrics:
@@ -87,19 +101,41 @@ class RequestMetrics:
     Each label set's child is looked up once and kept (``labels()`` validates and locks on every call, 2-3%
     of the VK's busy time at 20 pods/s); the sets are few (the labels are bounded), so is the dict."""
 
-    __slots__ = ("_children", "_counter", "_server")
+    __slots__ = ("_children", "_counter", "_durations", "_latency", "_server", "_throttle", "_waits")
 
-    def __init__(self, counter: RequestCounter | None, server: str) -> None:
+    def __init__(
+        self,
+        counter: RequestCounter | None,
+        server: str,
+        latency: RequestHistogram | None = None,
+        throttle: RequestHistogram | None = None,
+    ) -> None:
         self._counter, self._server = counter, server
+        self._latency, self._throttle = latency, throttle
         self._children: dict[tuple[str, str, int | None], _Child] = {}
+        self._durations: dict[str, _Observer] = {}
+        self._waits: _Observer | None = None
 
-    def observe(self, key: tuple[str, str], status: int | None) -> None:
-        """One request answered with ``status`` (None: no HTTP answer). A watch counts once, when opened."""
-        if self._counter is None:
+    def observe(self, key: tuple[str, str], status: int | None, seconds: float | None = None) -> None:
+        """One request answered with ``status`` (None: no HTTP answer) after ``seconds`` on the wire
+        (a watch or stream: until its headers). A watch counts once, when opened."""
+        if self._counter is not None:
+            labels = (key[0], key[1], status)
+            child = self._children.get(labels)
+            if child is None:
+                child = self._counter.labels(self._server, key[0], key[1], code_label(status))
+                self._children[labels] = child
+            child.inc()
+        if seconds is not None and self._latency is not None:
+            duration = self._durations.get(key[0])
+            if duration is None:
+                duration = self._durations[key[0]] = self._latency.labels(self._server, key[0])
+            duration.observe(seconds)
+
+    def waited(self, seconds: float) -> None:
+        """One request's wait for the client-side rate limiter (0 when a token was there)."""
+        if self._throttle is None:
             return
-        labels = (key[0], key[1], status)
-        child = self._children.get(labels)
-        if child is None:
-            child = self._counter.labels(self._server, key[0], key[1], code_label(status))
-            self._children[labels] = child
-        child.inc()
+        if self._waits is None:
+            self._waits = self._throttle.labels(self._server)
+        self._waits.observe(seconds)

@@ -1,7 +1,13 @@
 """Prometheus ``/metrics`` and the probe endpoints on a separate plain-HTTP port, served from start.
 
-``/livez`` (and ``/healthz``, its older name) and ``/readyz`` answer as Kubernetes components do: 200
-"ok", or the failing status with one ``[+]name ok`` / ``[-]name failed: reason`` line per named check;
+One class for both ports vkbridge may open: ``--metrics-address`` (metrics and probes, with
+``--metrics-enabled``) and ``--health-probe-bind-address`` (the probes only, always; one server when the
+two addresses are the same). ``/leaderz`` says whether this replica holds the leader Lease: its own
+endpoint, because readiness must not require it (a standby that can take over is ready, or every
+RollingUpdate with a readiness probe waits for the Lease the old pod holds).
+
+``/livez`` (and ``/healthz``, its older name), ``/readyz`` and ``/leaderz`` answer as Kubernetes components
+do: 200 "ok", or the failing status with one ``[+]name ok`` / ``[-]name failed: reason`` line per named check;
 ``?verbose`` lists the checks on success too, ``?exclude=<name>`` leaves one out, ``/readyz/<name>``
 runs one. Liveness is about this process only (event loop, long-lived tasks), never about the pool:
 restarting the virtual kubelet never brings a lost pool back.
@@ -23,12 +29,23 @@ log = get_logger("vkbridge.kubeletapi.metrics")
 
 class MetricsServer:
     def __init__(
-        self, metrics: Metrics, host: str, port: int, *, livez: HealthChecks, readyz: HealthChecks
+        self,
+        metrics: Metrics,
+        host: str,
+        port: int,
+        *,
+        livez: HealthChecks,
+        readyz: HealthChecks,
+        leaderz: HealthChecks | None = None,
+        serve_metrics: bool = True,
     ) -> None:
         self._metrics = metrics
         self._host = host
         self._port = port
         self._checks = {"healthz": livez, "livez": livez, "readyz": readyz}
+        if leaderz is not None:
+            self._checks["leaderz"] = leaderz
+        self._serve_metrics = serve_metrics
         self._runner: web.AppRunner | None = None
 
     @property
@@ -40,7 +57,8 @@ class MetricsServer:
 
     def app(self) -> web.Application:
         app = web.Application()
-        app.router.add_get("/metrics", self._scrape)
+        if self._serve_metrics:
+            app.router.add_get("/metrics", self._scrape)
         for endpoint in self._checks:
             app.router.add_get(f"/{endpoint}", self._probe)
             app.router.add_get(f"/{endpoint}/{{check}}", self._probe)
@@ -55,7 +73,11 @@ class MetricsServer:
             await runner.cleanup()
             raise
         self._runner = runner
-        log.info("metrics endpoint listening", address=f"{self._host}:{self.port}")
+        address = f"{self._host}:{self.port}"
+        if self._serve_metrics:
+            log.info("metrics and health endpoints listening", address=address)
+        else:
+            log.info("health endpoints listening", address=address)
 
     async def stop(self) -> None:
         if self._runner is not None:

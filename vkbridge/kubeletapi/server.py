@@ -52,7 +52,7 @@ from vkbridge.kubeletapi.streams.spdyconn import SpdyConnection, SpdyExecFront, 
 from vkbridge.kubeletapi.streams.wsfront import FrontWebSocket, WsExecFront
 from vkbridge.kubeletapi.tls import ServingCertificate, ServingTLS
 from vkbridge.logs import get_logger
-from vkbridge.metrics import Metrics
+from vkbridge.metrics import Metrics, kubelet_api_path
 
 __all__ = ["KubeletServer"]
 
@@ -278,6 +278,11 @@ class KubeletServer:
             r.add_route(method, "/portForward/{ns}/{pod}/{uid}", self._port_forward)
         return app
 
+    def _count(self, path: str, status: int) -> None:
+        """vkbridge_kubelet_api_requests_total: one request to this API, by path and status."""
+        if self._metrics is not None:
+            self._metrics.kubelet_api_requests.labels(kubelet_api_path(path), str(status)).inc()
+
     @web.middleware
     async def _auth_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         transport = request.transport
@@ -286,8 +291,18 @@ class KubeletServer:
             request.method, request.path, peercert, request.headers.get("Authorization")
         )
         if not result.ok:
+            self._count(request.path, result.status)
             return web.Response(status=result.status, text=result.message)
-        return await handler(request)
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            self._count(request.path, status)
 
     async def _healthz(self, request: web.Request) -> web.Response:
         """The process's liveness checks, as on the metrics port (a kubelet serves /healthz here too)."""
@@ -415,6 +430,7 @@ class KubeletServer:
         if offered:
             headers.append(("X-Stream-Protocol-Version", PORTFORWARD))
         session = SpdyPortForward(conn, pool, _ref(route))
+        self._count(head.path, 101)
         conn.write_raw(rawhttp.response(101, headers=tuple(headers)))
         conn.start_framing()
         self.stream_protocols[f"spdy/{PORTFORWARD}"] += 1
@@ -522,8 +538,11 @@ class KubeletServer:
 
     async def _spdy_session(self, conn: SpdyConnection, raw_head: bytes, peercert: Any) -> None:
         def refuse(status: int, text: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
+            self._count(path, status)
             conn.write_raw(rawhttp.response(status, text, headers))
             conn.close()
+
+        path = raw_head.split(b" ", 2)[1].decode("latin-1") if raw_head.count(b" ") >= 2 else ""
 
         try:
             head = rawhttp.parse_head(raw_head)
@@ -562,6 +581,7 @@ class KubeletServer:
         except DialError as exc:
             return refuse(exc.status, exc.message + "\n")
         try:
+            self._count(head.path, 101)
             conn.write_raw(
                 rawhttp.response(
                     101,
