@@ -19,7 +19,17 @@ from typing import Any, TextIO
 from reflectors.forge import constants as c
 from vkbridge.credentials.remote import credentials_from_secret
 from vkbridge.grant import Grant, add_resources, pod_requests
-from vkbridge.kube.client import EVENTS, NODES, PODS, RESOURCESLICES, SECRETS, ApiError, KubeClient
+from vkbridge.kube.client import (
+    CERTIFICATESIGNINGREQUESTS,
+    EVENTS,
+    NODES,
+    PODS,
+    RESOURCESLICES,
+    SECRETS,
+    SUBJECTACCESSREVIEWS,
+    ApiError,
+    KubeClient,
+)
 from vkbridge.kube.kubeconfig import (
     Credentials,
     KubeconfigError,
@@ -32,6 +42,28 @@ from vkbridge.settings import Settings
 
 PENDING_WARN_SECONDS = 60
 EXPIRY_WARN_DAYS = 14
+CSR_WARN_SECONDS = 60
+BRIDGE_POD_PREFIX = "multicloud-bridge-"  # GUIDE §7.1: the tunnel pod to the pool, in Liqo's namespace
+#: What vkbridge does with the consumer API as its ServiceAccount, one SubjectAccessReview each: (verb,
+#: group, resource, where: "" cluster-wide, "tenant", or a namespace, extra). ``extra`` marks what Liqo's
+#: ClusterRole liqo-virtual-kubelet-local lacks and deploy/rbac-liqo-managed.yaml adds.
+REQUIRED_ACCESS: tuple[tuple[str, str, str, str, bool], ...] = (
+    ("create", "authentication.k8s.io", "tokenreviews", "", True),  # kubelet API: bearer tokens
+    ("create", "authorization.k8s.io", "subjectaccessreviews", "", True),  # kubelet API: authorization
+    ("watch", "authentication.liqo.io", "resourceslices", "tenant", True),  # the grant, the certificate
+    ("create", "", "nodes", "", False),
+    ("patch", "", "nodes/status", "", False),
+    ("update", "coordination.k8s.io", "leases", "kube-node-lease", False),  # node heartbeat
+    ("update", "coordination.k8s.io", "leases", "tenant", False),  # leader election
+    ("watch", "", "pods", "", False),
+    ("patch", "", "pods/status", "", False),
+    ("create", "", "events", "", False),
+    ("watch", "", "secrets", "", False),
+    ("watch", "", "configmaps", "", False),
+    ("watch", "offloading.liqo.io", "virtualnodes", "tenant", False),
+    ("watch", "offloading.liqo.io", "namespacemaps", "tenant", False),
+    ("create", "certificates.k8s.io", "certificatesigningrequests", "", False),  # serving certificate
+)
 
 
 @dataclass
@@ -59,7 +91,10 @@ class Doctor:
 
     async def run(self) -> list[Finding]:
         checks: list[Callable[[], Awaitable[None]]] = [
+            self.check_liqo_pods,
             self.check_vk_pod,
+            self.check_rbac,
+            self.check_serving_csr,
             self.check_node,
             self.check_pool,
             self.check_grant,
@@ -86,6 +121,119 @@ class Doctor:
             phase = (p.get("status") or {}).get("phase")
             level = "OK" if phase == "Running" else "FAIL"
             self.add(level, "virtual kubelet pod", f"{self.tenant}/{p['metadata']['name']} is {phase}")
+
+    async def check_liqo_pods(self) -> None:
+        """GUIDE §7.1, first line: every pod of Liqo's namespace Running and ready, the bridge pod too."""
+        ns = self.s.liqo_namespace
+        pods = (await self.home.list(PODS, ns)).get("items") or []
+        if not pods:
+            self.add(
+                "WARN", "liqo pods", f"no pod in namespace {ns}: is Liqo installed there (--liqo-namespace)?"
+            )
+            return
+        bad = []
+        for pod in pods:
+            st = pod.get("status") or {}
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or ()
+            )
+            if st.get("phase") not in ("Running", "Succeeded") or (
+                st.get("phase") == "Running" and not ready
+            ):
+                bad.append(f"{pod['metadata']['name']} ({st.get('phase')}{'' if ready else ', not ready'})")
+        if bad:
+            self.add("FAIL", "liqo pods", f"in {ns}: {', '.join(bad[:10])}: `kubectl -n {ns} describe pod`")
+        else:
+            self.add("OK", "liqo pods", f"{len(pods)} pods in {ns} Running")
+        bridge = f"{BRIDGE_POD_PREFIX}{self.node}"
+        if not any(p["metadata"]["name"].startswith(bridge) for p in pods):
+            self.add(
+                "WARN", "bridge pod", f"no pod {bridge}* in {ns}: the tunnel to the pool (user guide 7.1)"
+            )
+
+    async def _service_account(self) -> str:
+        """The virtual kubelet's ServiceAccount: its Deployment's, else Liqo's (named as the node)."""
+        path = f"/apis/apps/v1/namespaces/{self.tenant}/deployments/vk-{self.node}"
+        try:
+            deployment = await self.home.request("GET", path)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+            return self.node
+        spec = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+        return str(spec.get("serviceAccountName") or "default")
+
+    async def check_rbac(self) -> None:
+        """What vkbridge does as its ServiceAccount, asked of the API server (SubjectAccessReview)."""
+        sa = await self._service_account()
+        try:
+            await self.home.request("GET", f"/api/v1/namespaces/{self.tenant}/serviceaccounts/{sa}")
+        except ApiError as err:
+            if not err.not_found:
+                raise
+            self.add(
+                "WARN", "rbac", f"no ServiceAccount {self.tenant}/{sa}: its permissions were not checked"
+            )
+            return
+        user = f"system:serviceaccount:{self.tenant}:{sa}"
+        groups = ["system:serviceaccounts", f"system:serviceaccounts:{self.tenant}", "system:authenticated"]
+        missing, extra_missing = [], False
+        for verb, group, resource, where, extra in REQUIRED_ACCESS:
+            ns = self.tenant if where == "tenant" else where
+            plural, _, sub = resource.partition("/")
+            attrs: dict[str, Any] = {"verb": verb, "group": group, "resource": plural}
+            if sub:
+                attrs["subresource"] = sub
+            if ns:
+                attrs["namespace"] = ns
+            review = {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {"user": user, "groups": groups, "resourceAttributes": attrs},
+            }
+            answer = await self.home.create(SUBJECTACCESSREVIEWS, review)
+            if not (answer.get("status") or {}).get("allowed"):
+                missing.append(f"{verb} {resource}{f' in {ns}' if ns else ''}")
+                extra_missing = extra_missing or extra
+        if not missing:
+            self.add("OK", "rbac", f"{user} may do all {len(REQUIRED_ACCESS)} things vkbridge does")
+            return
+        fix = (
+            "apply deploy/rbac-liqo-managed.yaml for this node"
+            if extra_missing
+            else "bind Liqo's ClusterRole liqo-virtual-kubelet-local (Liqo does, as liqo-node-<slug>)"
+        )
+        self.add("FAIL", "rbac", f"{user} may not: {'; '.join(missing)}: {fix}")
+
+    async def check_serving_csr(self) -> None:
+        """The kubelet serving certificate's CSR (--certificate-type=kubelet): approved, or waiting since."""
+        if self.s.certificate_type != "kubelet":
+            return
+        prefix = f"vkbridge-{self.node}-"
+        csrs = [
+            csr
+            for csr in (await self.home.list(CERTIFICATESIGNINGREQUESTS)).get("items") or []
+            if csr["metadata"]["name"].startswith(prefix)
+        ]
+        if not csrs:
+            self.add("WARN", "serving certificate", f"no CSR {prefix}*: has vkbridge asked for one yet?")
+            return
+        latest = max(csrs, key=lambda csr: str(csr["metadata"].get("creationTimestamp") or ""))
+        name = latest["metadata"]["name"]
+        status = latest.get("status") or {}
+        kinds = {cond.get("type") for cond in status.get("conditions") or ()}
+        if "Denied" in kinds or "Failed" in kinds:
+            how = "denied" if "Denied" in kinds else "failed"
+            self.add("FAIL", "serving certificate", f"CSR {name} was {how}: `kubectl describe csr` says "
+                     "why; vkbridge asks again after 15 minutes")  # fmt: skip
+        elif "Approved" in kinds and status.get("certificate"):
+            self.add("OK", "serving certificate", f"CSR {name} approved and issued")
+        else:
+            created = _parse_time(latest["metadata"].get("creationTimestamp"))
+            waited = (dt.datetime.now(dt.UTC) - created).total_seconds() if created else 0.0
+            level = "WARN" if waited >= CSR_WARN_SECONDS else "OK"
+            self.add(level, "serving certificate", f"CSR {name} waits for approval since {waited:.0f}s: "
+                     f"`kubectl certificate approve {name}` (Liqo's controller-manager does)")  # fmt: skip
 
     async def check_node(self) -> None:
         try:

@@ -189,3 +189,82 @@ def test_doctor_without_flags_or_cluster_reads_the_operators_kube_config(
     print(res.stdout, res.stderr)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.strip().splitlines()[-1].startswith("healthy")
+
+
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def rbac_path(doc: dict[str, Any]) -> str:
+    plural = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings",
+              "Role": "roles", "RoleBinding": "rolebindings"}[doc["kind"]]  # fmt: skip
+    ns = doc["metadata"].get("namespace")
+    return f"{RBAC}/namespaces/{ns}/{plural}" if ns else f"{RBAC}/{plural}"
+
+
+def rbac_line(res: subprocess.CompletedProcess[str]) -> str:
+    return next(x for x in res.stdout.splitlines() if " rbac: " in x)
+
+
+def test_doctor_checks_what_the_vk_service_account_may_do_and_names_the_fix(
+    consumer: ControlPlane, bundle: Bundle, vkbridge: VkbridgeProcess
+) -> None:
+    """Issue 36 point 7: the per-node RBAC, asked of the API server (SubjectAccessReview) for the VK's
+    ServiceAccount, against Liqo v1.2's own ClusterRole liqo-virtual-kubelet-local (from its chart) plus
+    deploy/rbac-liqo-managed.yaml: without the latter, logs/exec answer 401/500 and vkbridge cannot
+    start, and doctor said nothing."""
+    from e2e.liqo_chart import chart_rbac
+
+    slug, tenant = bundle.slug, bundle.tenant_ns
+    made: list[str] = []
+
+    def create(path: str, body: dict[str, Any]) -> None:
+        status, out = consumer.api("POST", path, body)
+        if status == 201:
+            made.append(f"{path}/{body['metadata']['name']}")
+        else:
+            assert status == 409, f"{path}: {status} {out}"
+
+    try:
+        create(f"/api/v1/namespaces/{tenant}/serviceaccounts", {"metadata": {"name": slug}})
+        bare = doctor(consumer, bundle)
+        print(bare.stdout)
+        assert bare.returncode == 1 and rbac_line(bare).startswith("FAIL")
+        assert "create tokenreviews" in rbac_line(bare) and "liqo-virtual-kubelet-local" in rbac_line(bare)
+
+        # What Liqo's controller-manager binds for every VirtualNode: its ClusterRole, from its chart.
+        role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "liqo-virtual-kubelet-local"},
+                "rules": chart_rbac("liqo-virtual-kubelet-local-ClusterRole")["rules"]}  # fmt: skip
+        create(rbac_path(role), role)
+        binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": f"liqo-node-{slug}"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                               "name": "liqo-virtual-kubelet-local"},
+                   "subjects": [{"kind": "ServiceAccount", "name": slug, "namespace": tenant}]}  # fmt: skip
+        create(rbac_path(binding), binding)
+        liqo_only = wait_until(
+            lambda: (r := doctor(consumer, bundle)) and "create nodes" not in rbac_line(r) and r, 30,
+            "Liqo's ClusterRole to take effect",
+        )  # fmt: skip
+        print(liqo_only.stdout)
+        missing = rbac_line(liqo_only).split(" may not: ", 1)[1].split(": apply", 1)[0].split("; ")
+        assert missing == [
+            "create tokenreviews",
+            "create subjectaccessreviews",
+            f"watch resourceslices in {tenant}",
+        ], rbac_line(liqo_only)
+        assert "apply deploy/rbac-liqo-managed.yaml" in rbac_line(liqo_only)
+
+        # The documented fix: deploy/rbac-liqo-managed.yaml for this node.
+        text = (REPO / "deploy" / "rbac-liqo-managed.yaml").read_text().replace("__SLUG__", slug)
+        for doc in (d for d in yaml.safe_load_all(text) if d):
+            create(rbac_path(doc), doc)
+        fixed = wait_until(
+            lambda: (r := doctor(consumer, bundle)) and rbac_line(r).startswith("OK") and r, 30,
+            "deploy/rbac-liqo-managed.yaml to take effect",
+        )  # fmt: skip
+        print(fixed.stdout)
+        assert fixed.returncode == 0, fixed.stdout
+    finally:
+        for path in reversed(made):
+            consumer.api("DELETE", path)
