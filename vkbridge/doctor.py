@@ -44,25 +44,40 @@ PENDING_WARN_SECONDS = 60
 EXPIRY_WARN_DAYS = 14
 CSR_WARN_SECONDS = 60
 BRIDGE_POD_PREFIX = "multicloud-bridge-"  # GUIDE §7.1: the tunnel pod to the pool, in Liqo's namespace
-#: What vkbridge does with the consumer API as its ServiceAccount, one SubjectAccessReview each: (verb,
-#: group, resource, where: "" cluster-wide, "tenant", or a namespace, extra). ``extra`` marks what Liqo's
-#: ClusterRole liqo-virtual-kubelet-local lacks and deploy/rbac-liqo-managed.yaml adds.
-REQUIRED_ACCESS: tuple[tuple[str, str, str, str, bool], ...] = (
-    ("create", "authentication.k8s.io", "tokenreviews", "", True),  # kubelet API: bearer tokens
-    ("create", "authorization.k8s.io", "subjectaccessreviews", "", True),  # kubelet API: authorization
-    ("watch", "authentication.liqo.io", "resourceslices", "tenant", True),  # the grant, the certificate
-    ("create", "", "nodes", "", False),
-    ("patch", "", "nodes/status", "", False),
-    ("update", "coordination.k8s.io", "leases", "kube-node-lease", False),  # node heartbeat
-    ("update", "coordination.k8s.io", "leases", "tenant", False),  # leader election
-    ("watch", "", "pods", "", False),
-    ("patch", "", "pods/status", "", False),
-    ("create", "", "events", "", False),
-    ("watch", "", "secrets", "", False),
-    ("watch", "", "configmaps", "", False),
-    ("watch", "offloading.liqo.io", "virtualnodes", "tenant", False),
-    ("watch", "offloading.liqo.io", "namespacemaps", "tenant", False),
-    ("create", "certificates.k8s.io", "certificatesigningrequests", "", False),  # serving certificate
+
+
+@dataclass(frozen=True)
+class Access:
+    """One thing vkbridge does with the consumer API as its ServiceAccount, asked as a SubjectAccessReview.
+
+    ``where``: "" cluster-wide, "tenant", or a namespace; ``named``: on the object named as the node (RBAC
+    rules with resourceNames allow only that, and deploy/rbac.yaml grants no more); ``extra``: what Liqo's
+    ClusterRole liqo-virtual-kubelet-local lacks and deploy/rbac-liqo-managed.yaml adds."""
+
+    verb: str
+    group: str
+    resource: str
+    where: str = ""
+    named: bool = False
+    extra: bool = False
+
+
+REQUIRED_ACCESS: tuple[Access, ...] = (
+    Access("create", "authentication.k8s.io", "tokenreviews", extra=True),  # kubelet API: bearer tokens
+    Access("create", "authorization.k8s.io", "subjectaccessreviews", extra=True),  # and their rights
+    Access("watch", "authentication.liqo.io", "resourceslices", "tenant", named=True, extra=True),  # grant
+    Access("create", "", "nodes"),
+    Access("patch", "", "nodes/status", named=True),
+    Access("update", "coordination.k8s.io", "leases", "kube-node-lease", named=True),  # node heartbeat
+    Access("update", "coordination.k8s.io", "leases", "tenant", named=True),  # leader election
+    Access("watch", "", "pods"),
+    Access("patch", "", "pods/status"),
+    Access("create", "", "events"),
+    Access("watch", "", "secrets"),
+    Access("watch", "", "configmaps"),
+    Access("watch", "offloading.liqo.io", "virtualnodes", "tenant", named=True),
+    Access("watch", "offloading.liqo.io", "namespacemaps", "tenant"),
+    Access("create", "certificates.k8s.io", "certificatesigningrequests"),  # kubelet serving certificate
 )
 
 
@@ -177,15 +192,18 @@ class Doctor:
             return
         user = f"system:serviceaccount:{self.tenant}:{sa}"
         groups = ["system:serviceaccounts", f"system:serviceaccounts:{self.tenant}", "system:authenticated"]
-        missing, extra_missing = [], False
-        for verb, group, resource, where, extra in REQUIRED_ACCESS:
-            ns = self.tenant if where == "tenant" else where
-            plural, _, sub = resource.partition("/")
-            attrs: dict[str, Any] = {"verb": verb, "group": group, "resource": plural}
+        missing: list[str] = []
+        fixes: set[str] = set()
+        for access in REQUIRED_ACCESS:
+            ns = self.tenant if access.where == "tenant" else access.where
+            plural, _, sub = access.resource.partition("/")
+            attrs: dict[str, Any] = {"verb": access.verb, "group": access.group, "resource": plural}
             if sub:
                 attrs["subresource"] = sub
             if ns:
                 attrs["namespace"] = ns
+            if access.named:
+                attrs["name"] = self.node
             review = {
                 "apiVersion": "authorization.k8s.io/v1",
                 "kind": "SubjectAccessReview",
@@ -193,16 +211,21 @@ class Doctor:
             }
             answer = await self.home.create(SUBJECTACCESSREVIEWS, review)
             if not (answer.get("status") or {}).get("allowed"):
-                missing.append(f"{verb} {resource}{f' in {ns}' if ns else ''}")
-                extra_missing = extra_missing or extra
+                where = f" in {ns}" if ns else ""
+                missing.append(f"{access.verb} {access.resource}{where}")
+                fixes.add("extra" if access.extra else "liqo")
         if not missing:
             self.add("OK", "rbac", f"{user} may do all {len(REQUIRED_ACCESS)} things vkbridge does")
             return
-        fix = (
-            "apply deploy/rbac-liqo-managed.yaml for this node"
-            if extra_missing
-            else "bind Liqo's ClusterRole liqo-virtual-kubelet-local (Liqo does, as liqo-node-<slug>)"
-        )
+        fix = " and ".join(
+            text
+            for key, text in (
+                ("extra", "apply deploy/rbac-liqo-managed.yaml for this node"),
+                ("liqo", "bind Liqo's ClusterRole liqo-virtual-kubelet-local (Liqo does, as "
+                 "liqo-node-<slug>; a standalone install: deploy/rbac.yaml)"),
+            )
+            if key in fixes
+        )  # fmt: skip
         self.add("FAIL", "rbac", f"{user} may not: {'; '.join(missing)}: {fix}")
 
     async def check_serving_csr(self) -> None:
