@@ -72,7 +72,7 @@ IGNORED_FLAGS: Final[Mapping[str, Ignored]] = {
         "reflection is not implemented; as with the flag off)"
     ),
     "enable-profiling": Ignored("there is no pprof endpoint in vkbridge", _true),
-    "liqo-namespace": Ignored("vkbridge reads nothing from Liqo's own namespace"),
+    "liqo-namespace": Ignored("vkbridge reads nothing from Liqo's own namespace (doctor checks its pods)"),
     "resync-period": Ignored(
         "vkbridge's caches do not resync (they re-list only after a watch expires, 410)"
     ),
