@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
+import ssl
+from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.types import (
     CertificateIssuerPrivateKeyTypes,
     CertificatePublicKeyTypes,
 )
+from cryptography.x509.oid import NameOID
 
 
 def cert_builder(
@@ -45,3 +50,28 @@ def self_signed(
     builder = cert_builder(subject, key.public_key(), not_before=not_before, not_after=not_after)
     builder = builder.add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
     return builder.sign(key, hashes.SHA256())
+
+
+def loopback_tls(directory: Path, common_name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server context for 127.0.0.1 (self-signed, valid an hour) and a client context that verifies it,
+    as in production; the key and certificate are written to ``directory`` for ``load_cert_chain``."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    cert = (
+        cert_builder(name, key.public_key(), not_before=now - dt.timedelta(minutes=1),
+                     not_after=now + dt.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                       critical=False)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    (directory / "cert.pem").write_bytes(pem)
+    (directory / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(directory / "cert.pem", directory / "key.pem")
+    return server, ssl.create_default_context(cadata=pem.decode())

@@ -68,8 +68,10 @@ def held_connection() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, HeldT
     return reader, asyncio.StreamWriter(transport, protocol, reader, asyncio.get_running_loop()), transport
 
 
-def framing(*streams: tuple[int, str]) -> tuple[SpdyConnection, HeldTransport, spdy.FrameEncoder]:
-    conn = SpdyConnection()
+def framing(
+    *streams: tuple[int, str], idle_timeout: float | None = None
+) -> tuple[SpdyConnection, HeldTransport, spdy.FrameEncoder]:
+    conn = SpdyConnection() if idle_timeout is None else SpdyConnection(idle_timeout=idle_timeout)
     transport = HeldTransport(conn)
     conn.connection_made(transport)
     conn.start_framing()

@@ -17,7 +17,7 @@ import gc
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -61,6 +61,16 @@ def live(cls: type) -> int:
     return sum(1 for o in gc.get_objects() if isinstance(o, cls))
 
 
+async def serve_exec(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.AppRunner:
+    """``handler`` on GET /exec of a loopback port of its own; the caller cleans the runner up."""
+    app = web.Application()
+    app.router.add_get("/exec", handler)
+    runner = web.AppRunner(app, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner
+
+
 @contextlib.asynccontextmanager
 async def bench() -> AsyncIterator[Bench]:
     b = Bench()
@@ -82,11 +92,7 @@ async def bench() -> AsyncIterator[Bench]:
         finally:
             b.pool_open -= 1
 
-    pool_app = web.Application()
-    pool_app.router.add_get("/exec", pool_handler)
-    pool_runner = web.AppRunner(pool_app, shutdown_timeout=1.0)
-    await pool_runner.setup()
-    await web.TCPSite(pool_runner, "127.0.0.1", 0).start()
+    pool_runner = await serve_exec(pool_handler)
     pool_url = f"http://127.0.0.1:{pool_runner.addresses[0][1]}/exec"
     dial_session = aiohttp.ClientSession(ws_response_class=PoolWebSocket)
 
@@ -113,11 +119,7 @@ async def bench() -> AsyncIterator[Bench]:
         finally:
             b.front_open -= 1
 
-    front_app = web.Application()
-    front_app.router.add_get("/exec", front_handler)
-    front_runner = web.AppRunner(front_app, shutdown_timeout=1.0)
-    await front_runner.setup()
-    await web.TCPSite(front_runner, "127.0.0.1", 0).start()
+    front_runner = await serve_exec(front_handler)
     b.front_port = front_runner.addresses[0][1]
     try:
         yield b

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from tests.unit.streamfakes import HeldTransport
+from tests.unit.streamfakes import HeldTransport, framing
 from vkbridge.kubeletapi.streams import spdy
 from vkbridge.kubeletapi.streams.channels import V4
 from vkbridge.kubeletapi.streams.spdyconn import STREAMING_IDLE_TIMEOUT, SpdyConnection, SpdyExecFront
@@ -19,14 +19,7 @@ IDLE = 0.3
 
 
 def idle_connection(*streams: tuple[int, str]) -> tuple[SpdyConnection, HeldTransport, spdy.FrameEncoder]:
-    conn = SpdyConnection(idle_timeout=IDLE)
-    transport = HeldTransport(conn)
-    conn.connection_made(transport)
-    conn.start_framing()
-    client = spdy.FrameEncoder()
-    for sid, kind in streams:
-        conn.data_received(client.encode(spdy.SynStream(sid, {"streamtype": [kind]})))
-    return conn, transport, client
+    return framing(*streams, idle_timeout=IDLE)
 
 
 def test_the_default_is_the_kubelets_four_hours() -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import ipaddress
 import ssl
 import tracemalloc
 from asyncio import sslproto
@@ -12,12 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
-from tests.support.certs import cert_builder
+from tests.support.certs import loopback_tls
 from vkbridge.kube.tlsbuffer import TLS_READ_BUFFER, limit_tls_read_buffer
 
 CONNECTIONS = 20
@@ -33,27 +27,7 @@ def default_buffer() -> Iterator[None]:
 
 
 def _contexts(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tls-buffer-test")])
-    cert = (
-        cert_builder(name, key.public_key(), not_before=now - dt.timedelta(minutes=1),
-                     not_after=now + dt.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                       critical=False)
-        .sign(key, hashes.SHA256())
-    )  # fmt: skip
-    pem = cert.public_bytes(serialization.Encoding.PEM)
-    (tmp_path / "cert.pem").write_bytes(pem)
-    (tmp_path / "key.pem").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
-    client = ssl.create_default_context(cadata=pem.decode())  # verified, as in production
-    return server, client
+    return loopback_tls(tmp_path, "tls-buffer-test")  # the client verifies, as in production
 
 
 async def _bytes_per_connection(tmp_path: Path) -> float:

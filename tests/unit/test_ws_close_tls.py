@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import datetime as dt
-import ipaddress
 import os
 import socket
 import ssl
@@ -25,12 +23,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
-from tests.support.certs import cert_builder
+from tests.support.certs import loopback_tls
 from vkbridge.kubeletapi.streams import poolstream, wsfront
 from vkbridge.kubeletapi.streams.channels import STDIN, V4, V5
 from vkbridge.kubeletapi.streams.poolstream import PoolWebSocket, WsPoolStream
@@ -50,26 +44,7 @@ def bounds(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def tls(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     """A server context for 127.0.0.1 and a client context that verifies it."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ws-close-tls-test")])
-    cert = (
-        cert_builder(name, key.public_key(), not_before=now - dt.timedelta(minutes=1),
-                     not_after=now + dt.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                       critical=False)
-        .sign(key, hashes.SHA256())
-    )  # fmt: skip
-    pem = cert.public_bytes(serialization.Encoding.PEM)
-    (tmp_path / "cert.pem").write_bytes(pem)
-    (tmp_path / "key.pem").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
-    return server, ssl.create_default_context(cadata=pem.decode())
+    return loopback_tls(tmp_path, "ws-close-tls-test")
 
 
 @contextlib.asynccontextmanager
