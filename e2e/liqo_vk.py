@@ -28,7 +28,7 @@ BUILD_SCRIPT = REPO / "hack" / "build-liqo-vk.sh"
 BINARY_ENV = "TEST_ASSET_LIQO_VIRTUAL_KUBELET"
 IMPLS = ("vkbridge", "liqo")
 # Our flags that Liqo's cmd/virtual-kubelet/root/flag.go (v1.2.0) does not define; pflag rejects them.
-NOT_LIQO_FLAGS = ("--node-status-interval",)
+NOT_LIQO_FLAGS = ("--node-status-interval", "--health-probe-bind-address")
 
 
 class LiqoUnavailable(RuntimeError):

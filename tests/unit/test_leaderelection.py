@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime as dt
+import time
 from typing import Any
 
 import pytest
@@ -228,3 +229,44 @@ async def test_release_on_shutdown_with_a_hung_api_server_gives_up_within_its_bo
     async with asyncio.timeout(5):
         released = await a.release()
     assert not released and not a.is_leader
+
+
+def freeze(seconds: float) -> None:
+    """The process does not run for ``seconds``: the event loop is blocked, as under SIGSTOP."""
+    time.sleep(seconds)
+
+
+async def test_a_lone_leader_frozen_past_its_renew_deadline_renews_and_keeps_leading() -> None:
+    """The process did not run for longer than the renew deadline (SIGSTOP, a starved CPU: the event loop
+    blocked here): nobody took the Lease, so one conditional renewal keeps it, as client-go's next renew
+    cycle would. Stepping down there restarted a lone leader for nothing, and in a test session its
+    vkbridge for good (CI: `test_410_relists...`, which freezes vkbridge, lost it)."""
+    store = LeaseStore()
+    client = LeaseClient(store)
+    a = elector(client, "vk-a")
+    await a.acquire()
+    holding = asyncio.create_task(a.hold())
+    await asyncio.sleep(RETRY_S * 1.5)
+    freeze(RENEW_S * 2)  # no task of this process runs
+    await asyncio.sleep(RETRY_S * 3)
+    try:
+        assert not holding.done(), "the leader stepped down after a freeze nobody used"
+        assert a.is_leader and store.lease is not None and store.lease["spec"]["holderIdentity"] == "vk-a"
+    finally:
+        await _cancel(holding)
+
+
+async def test_a_leader_frozen_while_a_standby_took_the_lease_steps_down() -> None:
+    store = LeaseStore()
+    client = LeaseClient(store)
+    a = elector(client, "vk-a")
+    await a.acquire()
+    holding = asyncio.create_task(a.hold())
+    await asyncio.sleep(RETRY_S * 1.5)
+    freeze(RENEW_S * 2)  # and meanwhile b took the expired Lease:
+    assert store.lease is not None
+    store.lease["spec"]["holderIdentity"] = "vk-b"
+    store.lease["metadata"]["resourceVersion"] = "99"
+    async with asyncio.timeout(LEASE_S * 2):
+        await holding
+    assert not a.is_leader and a.holder == "vk-b"

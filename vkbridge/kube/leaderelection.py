@@ -10,6 +10,9 @@ hangs (the client's own timeout is 60 s) cannot keep a leader leading while a st
 The deadline counts from the *start* of the last successful attempt, before which the API server cannot
 have stored our renewTime: a standby sees that record change no earlier, so it waits at least
 ``lease_duration`` from there, and the leader has stopped ``lease_duration - renew_deadline`` before.
+A deadline that passed while the process itself did not run (frozen, starved) is not a failed renewal:
+one conditional attempt decides, as client-go's next renew cycle would (stepping down there restarted a
+lone leader for nothing, and a test session's vkbridge with it).
 
 Expiry is judged as client-go judges it: by how long ago *we saw the record change* on our own
 monotonic clock, never by the holder's `renewTime` against our wall clock. Two machines' clocks may
@@ -188,8 +191,19 @@ class LeaderElector:
             self._renewed_at = loop.time()
         while True:
             deadline = self._renewed_at + self.renew_deadline
-            await asyncio.sleep(max(0.0, min(self.retry_period, deadline - loop.time())))
-            if loop.time() >= deadline:
+            nap = max(0.0, min(self.retry_period, deadline - loop.time()))
+            planned = loop.time() + nap
+            await asyncio.sleep(nap)
+            late = loop.time() - planned
+            if loop.time() >= deadline and late > self.retry_period:
+                # The process did not run (SIGSTOP, a starved CPU): the deadline passed with no attempt
+                # made. One attempt now, as client-go's next renew cycle would make, bounded by a retry
+                # period: the write is conditional on the Lease we read, so it succeeds only if no one
+                # took the Lease meanwhile; a standby that did is found as its holder.
+                deadline = loop.time() + self.retry_period
+                log.warning("leader election: this process did not run for a while; renewing now",
+                            stalled_seconds=round(late, 1))  # fmt: skip
+            elif loop.time() >= deadline:
                 reason = f"not renewed within {self.renew_deadline:g} s"
                 break
             started = loop.time()
