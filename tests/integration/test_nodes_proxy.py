@@ -119,6 +119,16 @@ def test_kubelet_paths_are_read_through_kube_apiservers_nodes_proxy(
 
     # The kubelet API opens once the approved certificate is picked up: wait for it, then read.
     wait_until(lambda: _proxy(consumer, node, "healthz")[0] == 200, 30, "the kubelet API through nodes/proxy")
+    # A healthy start with a CSR-issued certificate logs no WARNING (issue 36 point 2): the wait for the
+    # certificate, a second here, is INFO; it was a WARNING at every start.
+    # (This second node of the peering is named apart from its VirtualNode on purpose: that one says so.)
+    noisy = [
+        ln
+        for ln in proc.log_text().splitlines()
+        if (" WARNING " in ln or " ERROR " in ln) and "VIRTUALNODE_NAME" not in ln
+    ]
+    assert not noisy, noisy
+    assert "kubelet API waits for its serving certificate" in proc.log_text()
     status, pods = _proxy(consumer, node, "pods")
     assert status == 200, (status, pods, proc.tail(40))
     names = [p["metadata"]["name"] for p in (pods or {}).get("items", [])]  # type: ignore[attr-defined]

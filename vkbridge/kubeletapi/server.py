@@ -210,7 +210,12 @@ class KubeletServer:
         await self._dialer.close()
 
     async def _wait_for_certificate(self) -> None:
-        last_log = -CERT_LOG_EVERY
+        """Until a serving certificate exists. Every start waits for one (a CSR round trip, usually a
+        second): INFO then; a WARNING only once the wait has lasted ``CERT_LOG_EVERY``, and every
+        ``CERT_LOG_EVERY`` after, so a healthy start logs no WARNING (issue 36 point 2)."""
+        started = last_log = time.monotonic()
+        if self.tls.current() is None:
+            log.info("kubelet API waits for its serving certificate", node=self.node_name, port=self._port)
         while self.tls.current() is None:
             now = time.monotonic()
             if now - last_log >= CERT_LOG_EVERY:
@@ -220,6 +225,7 @@ class KubeletServer:
                     "(kubectl logs/exec on this node fail until one is issued; check the CSR approval)",
                     node=self.node_name,
                     port=self._port,
+                    waited_seconds=round(now - started),
                 )
             await asyncio.sleep(CERT_POLL_SECONDS)
         delay = 1.0
