@@ -10,9 +10,10 @@ hangs (the client's own timeout is 60 s) cannot keep a leader leading while a st
 The deadline counts from the *start* of the last successful attempt, before which the API server cannot
 have stored our renewTime: a standby sees that record change no earlier, so it waits at least
 ``lease_duration`` from there, and the leader has stopped ``lease_duration - renew_deadline`` before.
-A deadline that passed while the process itself did not run (frozen, starved) is not a failed renewal:
-one conditional attempt decides, as client-go's next renew cycle would (stepping down there restarted a
-lone leader for nothing, and a test session's vkbridge with it).
+A deadline that passed (the process did not run: frozen, starved; or the API server was slow) gets one
+last conditional attempt, bounded by half of ``lease_duration - renew_deadline``, as client-go's next renew
+cycle would make: stepping down at once restarted a lone leader for nothing (and a test session's
+vkbridge with it); the leader still stops half that margin before a standby may take over.
 
 Expiry is judged as client-go judges it: by how long ago *we saw the record change* on our own
 monotonic clock, never by the holder's `renewTime` against our wall clock. Two machines' clocks may
@@ -189,20 +190,24 @@ class LeaderElector:
         loop = asyncio.get_running_loop()
         if self._renewed_at is None:  # not through acquire(): count from now
             self._renewed_at = loop.time()
+        last_chance = False
         while True:
             deadline = self._renewed_at + self.renew_deadline
             nap = max(0.0, min(self.retry_period, deadline - loop.time()))
             planned = loop.time() + nap
             await asyncio.sleep(nap)
             late = loop.time() - planned
-            if loop.time() >= deadline and late > self.retry_period:
-                # The process did not run (SIGSTOP, a starved CPU): the deadline passed with no attempt
-                # made. One attempt now, as client-go's next renew cycle would make, bounded by a retry
-                # period: the write is conditional on the Lease we read, so it succeeds only if no one
-                # took the Lease meanwhile; a standby that did is found as its holder.
-                deadline = loop.time() + self.retry_period
-                log.warning("leader election: this process did not run for a while; renewing now",
-                            stalled_seconds=round(late, 1))  # fmt: skip
+            if loop.time() >= deadline and not last_chance:
+                # The deadline passed without a renewal: the API server was slow, or this process did
+                # not run (SIGSTOP, a starved CPU: ``late``, or an attempt cut when the loop resumed).
+                # One last attempt, as client-go's next renew cycle would make, bounded by half the
+                # margin a standby leaves (it waits lease_duration from our last renewal): the write is
+                # conditional on the Lease we read, so it succeeds only if no one took the Lease, and a
+                # standby that did is found as its holder.
+                last_chance = True
+                deadline = loop.time() + (self.lease_duration - self.renew_deadline) / 2
+                log.warning("leader lease not renewed by its deadline: one last attempt",
+                            late_seconds=round(late, 1))  # fmt: skip
             elif loop.time() >= deadline:
                 reason = f"not renewed within {self.renew_deadline:g} s"
                 break
@@ -218,6 +223,7 @@ class LeaderElector:
                 log.warning("leader lease renewal got no answer before the renew deadline")
             if ok:
                 self._renewed_at = started
+                last_chance = False
             elif self.holder not in (None, self.identity):
                 reason = f"held by {self.holder}"
                 break
